@@ -1,0 +1,186 @@
+"""TraceSet -> Analysis: run align, match and every metric once; the immutable result feeds all presenters."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import polars as pl
+
+from . import align, match
+from .collectives import bus_factor_expr
+from .metrics import overlap, stragglers, waits
+from .model import TraceSet
+
+NS_PER_MS = 1e6
+
+
+@dataclass(frozen=True)
+class Analysis:
+    source: dict
+    ranks: pl.DataFrame  # one row per rank, whole captured window (ms)
+    steps: pl.DataFrame  # one row per (rank, step) (ms)
+    collectives: pl.DataFrame  # one row per matched instance (ms, bytes, GB/s)
+    bandwidth: pl.DataFrame  # per operation and size bucket
+    ranking: pl.DataFrame  # straggler ranking
+    verdict: stragglers.Verdict | None
+    clock: align.ClockFit
+    matching: dict
+    warnings: tuple[str, ...]
+    traces: TraceSet  # for timelines (dashboard); presenters read tables above for numbers
+
+
+def _ms(cols: list[str]) -> list[pl.Expr]:
+    return [(pl.col(c) / NS_PER_MS).alias(c.replace("_ns", "_ms")) for c in cols]
+
+
+def analyze(ts: TraceSet) -> Analysis:
+    ranks = ts.rank_ids
+    warnings = list(ts.warnings)
+    covs = overlap.coverages(ts.gpu)
+    totals = overlap.rank_totals(ts.gpu, covs)
+    per_step = overlap.step_breakdown(ts.steps, covs)
+
+    inst = match.instances(ts.collectives)
+    fit = align.fit_offsets(inst, ranks)
+    aligned = align.apply(inst.select("rank", "start_ns", "end_ns"), fit)
+    rows = waits.per_row(inst, aligned["start_ns"], aligned["end_ns"])
+    matched = waits.matched(rows)
+    itable = waits.instance_table(matched)
+    rtable = waits.rank_table(matched, ranks)
+
+    # exposed comm split into wait and transfer: key -1 is the whole window, else the step number
+    windows = pl.concat([
+        totals.select("rank", pl.lit(-1, dtype=pl.Int64).alias("key"), pl.col("window_start_ns").alias("start_ns"),
+                      (pl.col("window_start_ns") + pl.col("span_ns")).alias("end_ns"), "exposed_comm_ns"),
+        per_step.select("rank", pl.col("step").alias("key"), "start_ns",
+                        (pl.col("start_ns") + pl.col("span_ns")).alias("end_ns"), "exposed_comm_ns"),
+    ])
+    split = waits.exposed_split(rows, covs, windows)
+
+    expected = matched.group_by("rank").agg((1.0 / pl.col("n_ranks")).sum().alias("expected"))
+    order = stragglers.ranking(rtable, expected)
+    comm_ns = {r: float(c) for r, c in totals.select("rank", "comm_ns").iter_rows()}
+    top = order["rank"][0] if order.height else None
+    causes = {int(top): waits.lateness_cause(matched, covs, int(top))} if top is not None else {}
+    verdict = stragglers.verdict(order, comm_ns, causes)
+
+    rank_df = _rank_frame(totals, per_step, split, order)
+    step_df = _step_frame(per_step, split, matched)
+    coll_df = _collective_frame(itable)
+    bw = _bandwidth(coll_df)
+
+    n_unmatched = rows.filter(pl.col("instance").is_null() & ~pl.col("op").is_in(match.P2P_OPS)).height
+    n_p2p = rows.filter(pl.col("op").is_in(match.P2P_OPS)).height
+    if n_unmatched:
+        warnings.append(f"{n_unmatched} communication kernels could not be matched across ranks "
+                        "(their peers are absent from the traces or the windows do not overlap)")
+    if n_p2p:
+        warnings.append(f"{n_p2p} point-to-point kernels (send/recv) are not matched: their peers are not recorded")
+    if fit.uncertainty_ns is not None and itable.height:
+        skew = float(itable["arrival_skew_ns"].median())
+        if fit.uncertainty_ns > skew:
+            warnings.append(
+                f"clock uncertainty ({fit.uncertainty_ns / 1e3:.1f} us) exceeds the median arrival skew "
+                f"({skew / 1e3:.1f} us): start-based skews are not reliable; waits (duration-based) are"
+            )
+    if ts.collectives.height and coll_df["bytes"].null_count() == coll_df.height and coll_df.height:
+        warnings.append("no message sizes in the traces: bandwidth is null")
+
+    source = {
+        "paths": [m.source for m in ts.ranks],
+        "format": ts.format,
+        "ranks": ranks,
+        "world_size": ts.world_size,
+        "skipped": [{"path": s.path, "reason": s.reason} for s in ts.skipped],
+    }
+    matching = {
+        "instances": itable.height,
+        "matched_kernels": matched.height,
+        "unmatched_kernels": n_unmatched,
+        "p2p_kernels": n_p2p,
+        "kernels_without_metadata": ts.collectives.filter(~pl.col("has_meta")).height,
+    }
+    return Analysis(
+        source=source, ranks=rank_df, steps=step_df, collectives=coll_df, bandwidth=bw, ranking=order,
+        verdict=verdict, clock=fit, matching=matching, warnings=tuple(warnings), traces=ts,
+    )
+
+
+def _rank_frame(totals: pl.DataFrame, per_step: pl.DataFrame, split: pl.DataFrame, order: pl.DataFrame) -> pl.DataFrame:
+    step_stats = per_step.group_by("rank").agg(
+        pl.len().alias("steps"),
+        (pl.col("span_ns").mean() / NS_PER_MS).alias("step_time_mean_ms"),
+        (pl.col("span_ns").median() / NS_PER_MS).alias("step_time_p50_ms"),
+        (pl.col("span_ns").max() / NS_PER_MS).alias("step_time_max_ms"),
+    )
+    whole = split.filter(pl.col("key") == -1).drop("key")
+    df = (
+        totals.join(step_stats, on="rank", how="left")
+        .join(whole, on="rank", how="left")
+        .join(order.select("rank", "wait_ns", "caused_wait_ns", "last_arrival_pct"), on="rank", how="left")
+        .with_columns(pl.col("steps").fill_null(0))
+    )
+    return df.select(
+        "rank", "steps", "step_time_mean_ms", "step_time_p50_ms", "step_time_max_ms",
+        *_ms(["compute_ns", "comm_ns", "overlapped_comm_ns", "exposed_comm_ns"]),
+        pl.when(pl.col("comm_ns") > 0).then(100.0 * pl.col("overlapped_comm_ns") / pl.col("comm_ns")).alias("overlap_pct"),
+        *_ms(["exposed_wait_ns", "exposed_transfer_ns", "idle_ns", "memcpy_ns", "wait_ns", "caused_wait_ns"]),
+        "last_arrival_pct",
+        *_ms(["span_ns", "busy_ns", "compute_only_ns"]),
+    ).sort("rank")
+
+
+def _step_frame(per_step: pl.DataFrame, split: pl.DataFrame, matched: pl.DataFrame) -> pl.DataFrame:
+    steps = split.filter(pl.col("key") >= 0).rename({"key": "step"})
+    wait = matched.filter(pl.col("step").is_not_null()).group_by("rank", "step").agg(pl.col("wait_ns").sum())
+    caused = (
+        matched.filter(pl.col("step").is_not_null())
+        .group_by("instance").agg(pl.col("step").first(), pl.col("last_rank").first().alias("rank"),
+                                  pl.col("wait_ns").sum().alias("caused_wait_ns"))
+        .group_by("rank", "step").agg(pl.col("caused_wait_ns").sum())
+        .with_columns(pl.col("rank").cast(pl.Int32))
+    )
+    df = (
+        per_step.join(steps, on=["rank", "step"], how="left")
+        .join(wait, on=["rank", "step"], how="left")
+        .join(caused, on=["rank", "step"], how="left")
+        .with_columns(pl.col("wait_ns").fill_null(0), pl.col("caused_wait_ns").fill_null(0))
+    )
+    return df.select(
+        "rank", "step", (pl.col("start_ns") / NS_PER_MS).alias("start_ms"),
+        *_ms(["span_ns", "compute_ns", "comm_ns", "overlapped_comm_ns", "exposed_comm_ns", "exposed_wait_ns",
+              "exposed_transfer_ns", "compute_only_ns", "memcpy_ns", "idle_ns", "wait_ns", "caused_wait_ns"]),
+        pl.when(pl.col("comm_ns") > 0).then(100.0 * pl.col("overlapped_comm_ns") / pl.col("comm_ns")).alias("overlap_pct"),
+    ).sort("rank", "step")
+
+
+def _collective_frame(itable: pl.DataFrame) -> pl.DataFrame:
+    n = pl.coalesce("group_size", pl.col("ranks").list.len())
+    return itable.select(
+        "pg", "seq", "op", "step", "bytes", "ranks", pl.col("group_size"),
+        *_ms(["transfer_ns", "max_wait_ns", "total_wait_ns", "arrival_skew_ns", "end_skew_ns"]),
+        "last_rank",
+        pl.when(pl.col("transfer_ns") > 0).then(pl.col("bytes") / pl.col("transfer_ns")).alias("algbw_gbps"),
+        pl.when(pl.col("transfer_ns") > 0)
+        .then(pl.col("bytes") / pl.col("transfer_ns") * bus_factor_expr(pl.col("op"), n))
+        .alias("busbw_gbps"),
+        (pl.col("first_start_ns") / NS_PER_MS).alias("start_ms"),
+        "has_meta",
+    )
+
+
+def _bandwidth(coll: pl.DataFrame) -> pl.DataFrame:
+    sized = coll.filter(pl.col("bytes").is_not_null() & (pl.col("bytes") > 0))
+    return (
+        sized.with_columns((2 ** pl.col("bytes").cast(pl.Float64).log(2).floor()).cast(pl.Int64).alias("size_bucket"))
+        .group_by("op", "size_bucket")
+        .agg(
+            pl.len().alias("count"),
+            pl.col("bytes").sum().alias("total_bytes"),
+            pl.col("transfer_ms").median().alias("transfer_ms_p50"),
+            pl.col("algbw_gbps").median().alias("algbw_gbps_p50"),
+            pl.col("busbw_gbps").median().alias("busbw_gbps_p50"),
+            pl.col("busbw_gbps").max().alias("busbw_gbps_max"),
+        )
+        .sort("op", "size_bucket")
+    )

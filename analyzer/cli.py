@@ -1,0 +1,111 @@
+"""Click commands only: parse options, call the library, render. One error boundary: exit code 2."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import click
+
+from .errors import CommscopeError
+
+FORMATS = ("text", "json", "markdown", "html")
+
+
+def _rank_map(values: tuple[str, ...]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for v in values:
+        key, sep, rank = v.rpartition("=")
+        if not sep or not rank.strip().isdigit():
+            raise click.BadParameter(f"{v!r}: expected FILE=RANK (or FILE:PID=RANK for Nsight reports)")
+        out[key] = int(rank)
+    return out
+
+
+def _ranks(value: str | None) -> tuple[int, ...] | None:
+    if not value:
+        return None
+    out: list[int] = []
+    for part in value.split(","):
+        a, _, b = part.partition("-")
+        try:
+            out.extend(range(int(a), int(b) + 1) if b else [int(a)])
+        except ValueError:
+            raise click.BadParameter(f"{value!r}: expected ranks like 0,2,4-7") from None
+    return tuple(out)
+
+
+def _guard(fn: Callable[[], None]) -> None:
+    try:
+        fn()
+    except CommscopeError as exc:
+        click.echo(f"commscope: error: {exc}", err=True)
+        sys.exit(2)
+    except OSError as exc:
+        click.echo(f"commscope: error: {exc.filename or ''}: {exc.strerror or exc}", err=True)
+        sys.exit(2)
+
+
+def load_options(rank_map: tuple[str, ...], step_marker: str | None, jobs: int | None, ranks: str | None,
+                 no_cache: bool):
+    from .loader import LoadOptions
+
+    if step_marker:
+        import re
+
+        try:
+            re.compile(step_marker)
+        except re.error as exc:
+            raise click.BadParameter(f"--step-marker {step_marker!r}: {exc}") from None
+    return LoadOptions(rank_map=_rank_map(rank_map), step_marker=step_marker, jobs=jobs, ranks=_ranks(ranks),
+                       cache=not no_cache)
+
+
+def common_load_options(f: Callable) -> Callable:
+    for opt in reversed([
+        click.option("--rank-map", multiple=True, metavar="FILE=RANK", help="Set a file's rank (repeatable)."),
+        click.option("--step-marker", metavar="REGEX", help="Annotation names that mark steps (default ProfilerStep#N)."),
+        click.option("--jobs", "-j", type=click.IntRange(1, 512), help="Worker processes (default: the cores)."),
+        click.option("--ranks", metavar="LIST", help="Analyze only these ranks, e.g. 0,2,4-7."),
+        click.option("--no-cache", is_flag=True, help="Do not read or write the Parquet cache."),
+    ]):
+        f = opt(f)
+    return f
+
+
+@click.group()
+@click.version_option(package_name="commscope")
+def main() -> None:
+    """Find where communication holds back distributed training and inference."""
+
+
+@main.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True)
+@click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), help="Write the report here.")
+@click.option("--steps", "show_steps", is_flag=True, help="Also list every step (text format).")
+@common_load_options
+def analyze(paths: tuple[Path, ...], fmt: str, output: Path | None, show_steps: bool, rank_map: tuple[str, ...],
+            step_marker: str | None, jobs: int | None, ranks: str | None, no_cache: bool) -> None:
+    """Analyze traces (files or folders of ranks): overlap, exposed communication, waits, stragglers."""
+
+    def run() -> None:
+        from .analysis import analyze as run_analysis
+        from .loader import load
+        from .report import render
+
+        opts = load_options(rank_map, step_marker, jobs, ranks, no_cache)
+        result = run_analysis(load(list(paths), opts))
+        text = render(result, fmt, show_steps=show_steps)
+        if output:
+            output.write_text(text, encoding="utf-8")
+            click.echo(f"wrote {output}", err=True)
+        else:
+            click.echo(text, nl=False)
+
+    _guard(run)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,124 @@
+"""The ``collectives`` table: one row per communication kernel, with the host's metadata joined in.
+
+A collective call on the host (Kineto ``record_param_comms``, an NCCL NVTX range) encloses the
+launch of its kernel on the same thread; the launch and the kernel share a correlation id. Kernels
+whose launch fell before the profiling window have no metadata: they are kept, with ``has_meta``
+false and the operation guessed from the kernel name.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from .model import COLLECTIVE_SCHEMA, ProcessGroup, conform
+from .timeline import op_from_kernel_name
+
+# nccl-tests bus-bandwidth factors: busbw = algbw * factor(op, n)
+_BUS_FACTOR = {
+    "all_reduce": lambda n: 2.0 * (n - 1) / n,
+    "all_gather": lambda n: (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "all_to_all": lambda n: (n - 1) / n,
+}
+
+
+def bus_factor(op: str | None, n: int | None) -> float:
+    if not n or n < 1 or op not in _BUS_FACTOR:
+        return 1.0
+    return _BUS_FACTOR[op](n)
+
+
+def bus_factor_expr(op: pl.Expr, n: pl.Expr) -> pl.Expr:
+    nf = n.cast(pl.Float64)
+    return (
+        pl.when(op == "all_reduce")
+        .then(2.0 * (nf - 1) / nf)
+        .when(op.is_in(["all_gather", "reduce_scatter", "all_to_all"]))
+        .then((nf - 1) / nf)
+        .otherwise(1.0)
+    )
+
+
+def build_table(
+    gpu: pl.DataFrame,
+    cpu: pl.DataFrame,
+    comm_calls: pl.DataFrame,
+    steps: pl.DataFrame,
+    groups: dict[int, tuple[ProcessGroup, ...]] | None = None,
+) -> pl.DataFrame:
+    """Link comm kernels to their host call and step; number them within each process group."""
+    kernels = gpu.filter(pl.col("kind") == "comm").select(
+        "rank", "stream", "start_ns", "end_ns", "name", "correlation"
+    )
+    if kernels.height == 0:
+        return conform(pl.DataFrame(), COLLECTIVE_SCHEMA)
+    linked = _link(cpu, comm_calls)
+    df = kernels.join(linked, on=["rank", "correlation"], how="left")
+    df = df.with_columns(
+        pl.col("op").is_not_null().alias("has_meta"),
+        pl.coalesce("op", op_from_kernel_name(pl.col("name"))).alias("op"),
+    )
+    if groups:
+        df = _fill_group_ranks(df, groups)
+    df = df.sort("rank", "start_ns").with_columns(
+        pl.when(pl.col("pg").is_not_null())
+        .then(pl.int_range(pl.len()).over("rank", "pg"))
+        .otherwise(None)
+        .alias("seq")
+    )
+    df = assign_steps(df, steps)
+    return conform(df, COLLECTIVE_SCHEMA)
+
+
+def _link(cpu: pl.DataFrame, comm_calls: pl.DataFrame) -> pl.DataFrame:
+    """(rank, correlation) of each launch inside a collective call, with that call's metadata."""
+    meta = [c for c in comm_calls.columns if c not in ("rank", "tid", "start_ns", "end_ns")]
+    empty = pl.DataFrame(schema={"rank": pl.Int32, "correlation": pl.Int64, **{c: comm_calls.schema[c] for c in meta}})
+    if comm_calls.height == 0:
+        return empty
+    launches = (
+        cpu.filter((pl.col("kind") == "runtime") & pl.col("correlation").is_not_null())
+        .select("rank", "tid", pl.col("start_ns").alias("launch_ns"), "correlation")
+        .sort("launch_ns")
+    )
+    calls = comm_calls.rename({"start_ns": "c_start", "end_ns": "c_end"}).sort("c_start")
+    # innermost enclosing call: the latest one that started before the launch on the same thread
+    joined = launches.join_asof(calls, left_on="launch_ns", right_on="c_start", by=["rank", "tid"],
+                                strategy="backward", check_sortedness=False)
+    joined = joined.filter(pl.col("c_end").is_not_null() & (pl.col("launch_ns") <= pl.col("c_end")))
+    return joined.select("rank", "correlation", *meta).unique(["rank", "correlation"], keep="first")
+
+
+def _fill_group_ranks(df: pl.DataFrame, groups: dict[int, tuple[ProcessGroup, ...]]) -> pl.DataFrame:
+    rows = [
+        {"rank": r, "pg": g.name, "_ranks": ",".join(str(x) for x in g.ranks), "_size": len(g.ranks)}
+        for r, gs in groups.items()
+        for g in gs
+        if g.ranks
+    ]
+    if not rows:
+        return df
+    table = pl.DataFrame(rows, schema={"rank": pl.Int32, "pg": pl.Utf8, "_ranks": pl.Utf8, "_size": pl.Int32})
+    return (
+        df.join(table, on=["rank", "pg"], how="left")
+        .with_columns(
+            pl.coalesce("group_ranks", "_ranks").alias("group_ranks"),
+            pl.coalesce("group_size", "_size").alias("group_size"),
+        )
+        .drop("_ranks", "_size")
+    )
+
+
+def assign_steps(df: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+    """Step number of each row by its start time (null outside every step window)."""
+    if steps.height == 0:
+        return df.with_columns(pl.lit(None, dtype=pl.Int64).alias("step"))
+    windows = steps.select("rank", "step", pl.col("start_ns").alias("s_start"), pl.col("end_ns").alias("s_end"))
+    out = (
+        df.sort("start_ns")
+        .join_asof(windows.sort("s_start"), left_on="start_ns", right_on="s_start", by="rank",
+                   strategy="backward", check_sortedness=False)
+        .with_columns(pl.when(pl.col("start_ns") < pl.col("s_end")).then(pl.col("step")).otherwise(None).alias("step"))
+        .drop("s_start", "s_end")
+    )
+    return out.sort("rank", "start_ns")

@@ -1,0 +1,24 @@
+"""Typed errors the library raises; the CLI turns each into one line and exit code 2."""
+
+from __future__ import annotations
+
+
+class CommscopeError(Exception):
+    """Base for every error a user can fix (bad input, bad option)."""
+
+
+class TraceError(CommscopeError):
+    """One input file cannot be read. The message names the file, the problem, and what to do."""
+
+    def __init__(self, path: object, problem: str, hint: str = "") -> None:
+        self.path = str(path)
+        self.problem = problem
+        self.hint = hint
+        msg = f"{self.path}: {problem}"
+        if hint:
+            msg += f" ({hint})"
+        super().__init__(msg)
+
+
+class UsageError(CommscopeError):
+    """Options or paths that make no sense together."""

@@ -1,0 +1,27 @@
+"""Readers: one per format, one signature: ``read(path, ReadOptions) -> list[RankTrace]``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from ..model import RankTrace
+from .options import ReadOptions
+
+Reader = Callable[[Path, ReadOptions], list[RankTrace]]
+
+
+def reader_for(fmt: str) -> Reader:
+    """The registry: adding a format means adding one module and one line here."""
+    if fmt == "kineto":
+        from . import kineto
+
+        return kineto.read
+    if fmt == "nsys":
+        from . import nsys
+
+        return nsys.read
+    raise ValueError(f"unknown trace format {fmt!r}")
+
+
+__all__ = ["ReadOptions", "Reader", "reader_for"]

@@ -1,0 +1,82 @@
+"""Find trace files under the user's paths, tell their format by content, and guess ranks from names."""
+
+from __future__ import annotations
+
+import re
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import TraceError, UsageError
+from .source import GZIP_MAGIC, SQLITE_MAGIC, head
+
+_TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".nsys-rep", ".gz")
+_RANK_PATTERNS = (
+    re.compile(r"(?i)rank[-_]?(\d+)"),
+    re.compile(r"(?i)[-_.](\d+)\.(?:pt\.trace\.)?json(?:\.gz)?$"),
+    re.compile(r"(?i)[-_.](\d+)\.sqlite$"),
+)
+
+
+@dataclass(frozen=True)
+class TraceFile:
+    path: Path
+    format: str  # "kineto" | "nsys"
+    rank_hint: int | None
+
+
+def rank_from_name(name: str) -> int | None:
+    for pattern in _RANK_PATTERNS:
+        m = pattern.search(name)
+        if m:
+            return int(m.group(1))
+    return None
+
+
+def sniff(path: Path) -> str | None:
+    """Format by content: SQLite -> nsys, JSON (plain or gzip) with trace keys -> kineto."""
+    if path.suffix == ".nsys-rep":
+        return "nsys"
+    start = head(path, 16)
+    if start.startswith(SQLITE_MAGIC):
+        return "nsys"
+    text = _peek_text(path, start)
+    if text is None:
+        return None
+    if text.lstrip()[:1] == b"{" and any(k in text for k in (b'"traceEvents"', b'"schemaVersion"', b'"ph"')):
+        return "kineto"
+    return None
+
+
+def _peek_text(path: Path, start: bytes) -> bytes | None:
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read(1 << 16)
+    except OSError:
+        return None
+    if start[:2] == GZIP_MAGIC:
+        try:
+            return zlib.decompressobj(wbits=47).decompress(raw, 1 << 16)
+        except zlib.error:
+            return b"{"  # corrupt gzip: let the reader report it precisely
+    return raw
+
+
+def discover(paths: list[Path]) -> list[TraceFile]:
+    """Expand folders; explicit files are always taken (and fail loudly), folder members only if they sniff."""
+    found: list[TraceFile] = []
+    for p in paths:
+        if not p.exists():
+            raise TraceError(p, "does not exist", "check the path")
+        if p.is_dir():
+            for child in sorted(c for c in p.rglob("*") if c.is_file() and c.name.endswith(_TRACE_SUFFIXES)):
+                fmt = sniff(child)
+                if fmt:
+                    found.append(TraceFile(child, fmt, rank_from_name(child.name)))
+        else:
+            fmt = sniff(p) or "kineto"  # the reader then says precisely what is wrong with it
+            found.append(TraceFile(p, fmt, rank_from_name(p.name)))
+    if not found:
+        raise UsageError(f"no trace files found in {', '.join(str(p) for p in paths)} "
+                         "(expected *.pt.trace.json[.gz], *.json[.gz] or *.sqlite)")
+    return found

@@ -1,0 +1,12 @@
+"""Options every reader takes (one signature for all formats)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    rank_hint: int | None = None  # rank guessed from the file name by discover.py
+    rank_map: dict[str, int] = field(default_factory=dict)  # file name or "file:pid" -> rank (--rank-map)
+    step_marker: str | None = None  # regex over annotation names (--step-marker)

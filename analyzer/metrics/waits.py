@@ -1,0 +1,164 @@
+"""Waiting inside collectives: per instance transfer and wait, per rank wait suffered and caused.
+
+For a matched instance with per-rank kernel durations d_r: transfer ≈ min_r d_r (the last arriver
+barely waits) and wait_r = d_r − transfer. This needs no clock alignment; the rank with the shortest
+kernel is the one that arrived last. Start/end skews use the aligned clock.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+from .overlap import RankCoverage
+
+
+def per_row(inst: pl.DataFrame, aligned_start: pl.Series, aligned_end: pl.Series) -> pl.DataFrame:
+    """Every comm kernel with duration; matched ones also get transfer, wait and the last rank."""
+    df = inst.with_columns(
+        (pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns"),
+        aligned_start.alias("a_start_ns"),
+        aligned_end.alias("a_end_ns"),
+    )
+    matched = pl.col("instance").is_not_null()
+    return df.with_columns(
+        pl.when(matched).then(pl.col("dur_ns").min().over("instance")).alias("transfer_ns"),
+        pl.when(matched).then(pl.col("rank").sort_by("dur_ns").first().over("instance")).alias("last_rank"),
+    ).with_columns((pl.col("dur_ns") - pl.col("transfer_ns")).alias("wait_ns"))
+
+
+def matched(rows: pl.DataFrame) -> pl.DataFrame:
+    return rows.filter(pl.col("instance").is_not_null())
+
+
+def instance_table(rows: pl.DataFrame) -> pl.DataFrame:
+    """One row per matched instance."""
+    return (
+        rows.group_by("instance")
+        .agg(
+            pl.col("pg").first(),
+            pl.col("seq").min(),
+            pl.col("op").first(),
+            pl.col("step").min(),
+            pl.max_horizontal("in_bytes", "out_bytes").max().alias("bytes"),
+            pl.col("group_size").max(),
+            pl.col("rank").sort().alias("ranks"),
+            pl.col("transfer_ns").first(),
+            pl.col("wait_ns").max().alias("max_wait_ns"),
+            pl.col("wait_ns").sum().alias("total_wait_ns"),
+            pl.col("last_rank").first(),
+            (pl.col("a_start_ns").max() - pl.col("a_start_ns").min()).alias("arrival_skew_ns"),
+            (pl.col("a_end_ns").max() - pl.col("a_end_ns").min()).alias("end_skew_ns"),
+            pl.col("a_start_ns").min().alias("first_start_ns"),
+            pl.col("has_meta").all(),
+        )
+        .sort("first_start_ns", "instance")
+    )
+
+
+def rank_table(rows: pl.DataFrame, ranks: list[int]) -> pl.DataFrame:
+    """Per rank: wait suffered, wait caused to others, instances, last arrivals, steps where last."""
+    base = pl.DataFrame({"rank": ranks}, schema={"rank": pl.Int32})
+    if rows.height == 0:
+        return base.with_columns(
+            pl.lit(0, dtype=pl.Int64).alias("wait_ns"), pl.lit(0, dtype=pl.Int64).alias("caused_wait_ns"),
+            pl.lit(0, dtype=pl.UInt32).alias("instances"), pl.lit(0, dtype=pl.UInt32).alias("last_count"),
+            pl.lit(0, dtype=pl.UInt32).alias("steps_seen"), pl.lit(0, dtype=pl.UInt32).alias("steps_last"),
+        )
+    suffered = rows.group_by("rank").agg(pl.col("wait_ns").sum(), pl.len().alias("instances"))
+    caused = (
+        rows.group_by("instance")
+        .agg(pl.col("last_rank").first(), pl.col("wait_ns").sum().alias("caused_wait_ns"))
+        .group_by("last_rank")
+        .agg(pl.col("caused_wait_ns").sum(), pl.len().alias("last_count"))
+        .rename({"last_rank": "rank"})
+    )
+    # a step's straggler: the rank that caused the most wait in it
+    step_rows = rows.filter(pl.col("step").is_not_null())
+    by_step = (
+        step_rows.group_by("step", "instance")
+        .agg(pl.col("last_rank").first(), pl.col("wait_ns").sum().alias("w"))
+        .group_by("step", "last_rank")
+        .agg(pl.col("w").sum())
+        .sort("w", descending=True)
+        .group_by("step")
+        .agg(pl.col("last_rank").first().alias("rank"), pl.col("w").first())
+        .filter(pl.col("w") > 0)
+        .group_by("rank")
+        .agg(pl.len().alias("steps_last"))
+    )
+    steps_seen = step_rows.group_by("rank").agg(pl.col("step").n_unique().alias("steps_seen"))
+    out = (
+        base.join(suffered, on="rank", how="left")
+        .join(caused, on="rank", how="left")
+        .join(by_step, on="rank", how="left")
+        .join(steps_seen, on="rank", how="left")
+    )
+    return out.with_columns(pl.col(c).fill_null(0) for c in
+                            ("wait_ns", "instances", "caused_wait_ns", "last_count", "steps_last", "steps_seen"))
+
+
+def exposed_split(rows: pl.DataFrame, covs: dict[int, RankCoverage], windows: pl.DataFrame) -> pl.DataFrame:
+    """Exposed comm split into wait and transfer, per (rank, window).
+
+    Each comm kernel's exposed part (not under compute) is split in proportion wait/d; the per-kernel
+    parts are then scaled to the window's exposed union so wait + transfer = exposed exactly.
+    Unmatched kernels count as transfer (no peer to wait for is known).
+    ``windows``: rank, key, start_ns, end_ns, exposed_comm_ns.
+    """
+    kern = rows.select("rank", "start_ns", "end_ns", "wait_ns")
+    out = []
+    for (rank,), part in kern.partition_by("rank", as_dict=True, maintain_order=True).items():
+        cov = covs.get(int(rank))
+        w = windows.filter(pl.col("rank") == rank)
+        if cov is None or w.height == 0:
+            continue
+        s = part["start_ns"].to_numpy()
+        e = part["end_ns"].to_numpy()
+        wait = part["wait_ns"].fill_null(0).to_numpy().astype(np.float64)
+        for key, a, b, exposed in w.select("key", "start_ns", "end_ns", "exposed_comm_ns").iter_rows():
+            cs, ce = np.clip(s, a, b), np.clip(e, a, b)
+            d = (ce - cs).astype(np.float64)
+            mask = d > 0
+            if not mask.any() or exposed <= 0:
+                out.append((rank, key, 0.0, float(max(exposed, 0))))
+                continue
+            kexp = d[mask] - cov.compute.within(cs[mask], ce[mask])
+            full = (e - s)[mask].astype(np.float64)
+            frac = np.divide(np.minimum(wait[mask], full), full, out=np.zeros_like(full), where=full > 0)
+            ew = float((kexp * frac).sum())
+            total = float(kexp.sum())
+            scale = exposed / total if total > 0 else 0.0
+            ew *= scale
+            out.append((rank, key, ew, exposed - ew))
+    return pl.DataFrame(
+        out, schema={"rank": pl.Int32, "key": pl.Int64, "exposed_wait_ns": pl.Float64, "exposed_transfer_ns": pl.Float64},
+        orient="row",
+    )
+
+
+def lateness_cause(rows: pl.DataFrame, covs: dict[int, RankCoverage], rank: int) -> dict[str, float]:
+    """What the late rank's GPU did while the others already waited: compute or nothing (host)."""
+    late = rows.filter(pl.col("last_rank") == rank)
+    lateness = (
+        rows.filter((pl.col("last_rank") == rank) & (pl.col("rank") != rank))
+        .group_by("instance").agg(pl.col("wait_ns").max().alias("L"))
+    )
+    mine = late.filter(pl.col("rank") == rank).join(lateness, on="instance")
+    cov = covs.get(rank)
+    if cov is None or mine.height == 0:
+        return {"late_ns": 0.0, "compute_ns": 0.0, "idle_ns": 0.0, "comm_ns": 0.0}
+    s = mine["start_ns"].to_numpy()
+    lat = mine["L"].to_numpy()
+    a = s - lat
+    busy = cov.busy.within(a, s)
+    compute = cov.compute.within(a, s)
+    comm = cov.comm.within(a, s)
+    return {
+        "late_ns": float(lat.sum()),
+        "compute_ns": float(compute.sum()),
+        "idle_ns": float((lat - busy).sum()),
+        "comm_ns": float(comm.sum()),
+        "instances": float(mine.height),
+        "idle_per_instance_ns": float((lat - busy).mean()),
+    }

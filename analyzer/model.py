@@ -1,0 +1,164 @@
+"""Canonical tables: the one shape every reader produces and every metric consumes.
+
+Times are int64 nanoseconds on the rank's own clock (``*_ns`` columns). Each table has one
+declared schema here; readers call :func:`conform` once, and downstream code trusts it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import polars as pl
+
+GPU_KINDS = ("compute", "comm", "memcpy", "memset", "sync", "other")
+CPU_KINDS = ("op", "annotation", "runtime", "python")
+
+GPU_SCHEMA: dict[str, pl.DataType] = {
+    "rank": pl.Int32,
+    "device": pl.Int32,
+    "stream": pl.Int64,
+    "start_ns": pl.Int64,
+    "end_ns": pl.Int64,
+    "name": pl.Utf8,
+    "kind": pl.Utf8,
+    "correlation": pl.Int64,
+}
+
+CPU_SCHEMA: dict[str, pl.DataType] = {
+    "rank": pl.Int32,
+    "tid": pl.Int64,
+    "start_ns": pl.Int64,
+    "end_ns": pl.Int64,
+    "name": pl.Utf8,
+    "kind": pl.Utf8,
+    "correlation": pl.Int64,
+    "external_id": pl.Int64,
+}
+
+# Communication metadata as the host saw it: one row per collective call (Kineto
+# ``record_param_comms``, an NCCL NVTX range). ``collectives.build`` links each row to the kernel it
+# launched through a runtime launch on the same thread inside the range.
+COMM_CALL_SCHEMA: dict[str, pl.DataType] = {
+    "rank": pl.Int32,
+    "tid": pl.Int64,
+    "start_ns": pl.Int64,
+    "end_ns": pl.Int64,
+    "op": pl.Utf8,
+    "pg": pl.Utf8,
+    "pg_desc": pl.Utf8,
+    "dtype": pl.Utf8,
+    "in_bytes": pl.Int64,
+    "out_bytes": pl.Int64,
+    "group_size": pl.Int32,
+    "group_ranks": pl.Utf8,  # comma-separated global ranks, e.g. "0,2"
+}
+
+COLLECTIVE_SCHEMA: dict[str, pl.DataType] = {
+    "rank": pl.Int32,
+    "pg": pl.Utf8,
+    "pg_desc": pl.Utf8,
+    "seq": pl.Int64,
+    "op": pl.Utf8,
+    "dtype": pl.Utf8,
+    "in_bytes": pl.Int64,
+    "out_bytes": pl.Int64,
+    "group_size": pl.Int32,
+    "group_ranks": pl.Utf8,
+    "stream": pl.Int64,
+    "start_ns": pl.Int64,
+    "end_ns": pl.Int64,
+    "step": pl.Int64,
+    "has_meta": pl.Boolean,
+    "name": pl.Utf8,
+}
+
+STEP_SCHEMA: dict[str, pl.DataType] = {
+    "rank": pl.Int32,
+    "step": pl.Int64,
+    "start_ns": pl.Int64,
+    "end_ns": pl.Int64,
+}
+
+
+def empty(schema: dict[str, pl.DataType]) -> pl.DataFrame:
+    return pl.DataFrame(schema=schema)
+
+
+def conform(df: pl.DataFrame, schema: dict[str, pl.DataType]) -> pl.DataFrame:
+    """Select and cast ``df`` to ``schema`` (missing columns become null), in schema order."""
+    if df.width == 0 or df.height == 0 and not set(schema) <= set(df.columns):
+        return empty(schema)
+    cols = []
+    for name, dtype in schema.items():
+        if name in df.columns:
+            cols.append(pl.col(name).cast(dtype, strict=False))
+        else:
+            cols.append(pl.lit(None, dtype=dtype).alias(name))
+    return df.select(cols)
+
+
+@dataclass(frozen=True)
+class ProcessGroup:
+    name: str
+    desc: str
+    ranks: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class RankMeta:
+    rank: int
+    source: str
+    format: str  # "kineto" | "nsys"
+    world_size: int | None = None
+    rank_source: str = "distributedInfo"  # where the rank number came from
+    host: str | None = None
+    devices: tuple[str, ...] = ()
+    process_groups: tuple[ProcessGroup, ...] = ()
+    versions: tuple[tuple[str, str], ...] = ()
+    clock_base_ns: int | None = None  # Kineto baseTimeNanoseconds, nsys utcEpochNs
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class RankTrace:
+    """What one reader returns for one rank: its canonical tables and metadata."""
+
+    meta: RankMeta
+    gpu: pl.DataFrame
+    cpu: pl.DataFrame
+    comm_calls: pl.DataFrame
+    steps: pl.DataFrame
+    steps_on_gpu: bool = False  # step windows already on the GPU timeline (GPU-side annotations)
+
+
+@dataclass(frozen=True)
+class Skipped:
+    path: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class TraceSet:
+    """All ranks of one run, in canonical tables (see DESIGN.md)."""
+
+    ranks: tuple[RankMeta, ...]
+    gpu: pl.DataFrame
+    cpu: pl.DataFrame
+    collectives: pl.DataFrame
+    steps: pl.DataFrame
+    skipped: tuple[Skipped, ...] = ()
+    warnings: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def rank_ids(self) -> list[int]:
+        return [m.rank for m in self.ranks]
+
+    @property
+    def format(self) -> str:
+        fmts = sorted({m.format for m in self.ranks})
+        return fmts[0] if len(fmts) == 1 else "+".join(fmts)
+
+    @property
+    def world_size(self) -> int | None:
+        sizes = [m.world_size for m in self.ranks if m.world_size]
+        return max(sizes) if sizes else None

@@ -1,0 +1,25 @@
+"""Presenters: each turns one Analysis into one format, with the same entry point shape."""
+
+from __future__ import annotations
+
+from ..analysis import Analysis
+
+
+def render(a: Analysis, fmt: str, show_steps: bool = False) -> str:
+    if fmt == "json":
+        from . import json
+
+        return json.render(a)
+    if fmt == "text":
+        from . import text
+
+        return text.render(a, show_steps=show_steps)
+    if fmt == "markdown":
+        from . import markdown
+
+        return markdown.render(a)
+    if fmt == "html":
+        from . import html
+
+        return html.render(a)
+    raise ValueError(f"unknown format {fmt!r}")

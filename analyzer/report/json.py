@@ -1,0 +1,98 @@
+"""The versioned JSON contract (``commscope.analysis/1``, documented in the README).
+
+Field names are part of the interface. Missing values are null, never NaN; rows are in a fixed order.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import polars as pl
+
+from ..analysis import Analysis
+
+SCHEMA = "commscope.analysis/1"
+
+RANK_FIELDS = (
+    "rank", "steps", "compute_ms", "comm_ms", "overlapped_comm_ms", "exposed_comm_ms", "overlap_pct",
+    "exposed_wait_ms", "exposed_transfer_ms", "idle_ms", "memcpy_ms", "wait_ms", "caused_wait_ms",
+    "last_arrival_pct", "span_ms", "busy_ms", "compute_only_ms",
+)
+STEP_FIELDS = (
+    "rank", "step", "start_ms", "span_ms", "compute_ms", "comm_ms", "overlapped_comm_ms", "exposed_comm_ms",
+    "overlap_pct", "exposed_wait_ms", "exposed_transfer_ms", "compute_only_ms", "memcpy_ms", "idle_ms", "wait_ms",
+    "caused_wait_ms",
+)
+COLLECTIVE_FIELDS = (
+    "pg", "seq", "op", "step", "bytes", "ranks", "group_size", "transfer_ms", "max_wait_ms", "total_wait_ms",
+    "last_rank", "arrival_skew_ms", "end_skew_ms", "algbw_gbps", "busbw_gbps", "start_ms", "has_meta",
+)
+
+
+def clean(value: Any) -> Any:
+    """JSON-safe: NaN/inf -> null, numpy/polars scalars -> Python, floats rounded to the nanosecond in ms."""
+    if isinstance(value, float):
+        if math.isnan(value) or math.isinf(value):
+            return None
+        return round(value, 6)
+    if isinstance(value, dict):
+        return {k: clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [clean(v) for v in value]
+    if isinstance(value, pl.Series):
+        return clean(value.to_list())
+    return value
+
+
+def _records(df: pl.DataFrame, fields: tuple[str, ...]) -> list[dict]:
+    cols = [f for f in fields if f in df.columns]
+    return [clean(r) for r in df.select(cols).to_dicts()]
+
+
+def to_dict(a: Analysis) -> dict:
+    ranks = []
+    for row in a.ranks.to_dicts():
+        rec = {k: row.get(k) for k in RANK_FIELDS}
+        rec["step_time_ms"] = {"mean": row["step_time_mean_ms"], "p50": row["step_time_p50_ms"],
+                               "max": row["step_time_max_ms"]}
+        ranks.append(clean(rec))
+    v = a.verdict
+    verdict = None
+    if v is not None:
+        verdict = clean({
+            "rank": v.rank, "kind": v.kind, "caused_wait_ms": v.caused_wait_ns / 1e6, "confidence": v.confidence,
+            "chronic": v.chronic, "last_arrival_pct": v.last_arrival_pct, "steps_last": v.steps_last,
+            "steps_seen": v.steps_seen, "idle_before_ms": v.idle_before_ns / 1e6,
+            "compute_before_ms": v.compute_before_ns / 1e6, "instances_last": v.instances_last,
+        })
+    ranking = [
+        clean({"rank": r["rank"], "caused_wait_ms": r["caused_wait_ns"] / 1e6, "wait_ms": r["wait_ns"] / 1e6,
+               "last_arrival_pct": r["last_arrival_pct"], "steps_last": r["steps_last"],
+               "instances": r["instances"]})
+        for r in a.ranking.to_dicts()
+    ]
+    fit = a.clock
+    return {
+        "schema": SCHEMA,
+        "source": clean(a.source),
+        "ranks": ranks,
+        "steps": _records(a.steps, STEP_FIELDS),
+        "collectives": _records(a.collectives, COLLECTIVE_FIELDS),
+        "bandwidth": _records(a.bandwidth, tuple(a.bandwidth.columns)),
+        "stragglers": {"verdict": verdict, "ranking": ranking},
+        "clock": clean({
+            "method": fit.method,
+            "reference_rank": fit.reference,
+            "offsets_us": {str(r): o / 1e3 for r, o in sorted(fit.offsets_ns.items())},
+            "uncertainty_us": fit.uncertainty_ns / 1e3 if fit.uncertainty_ns is not None else None,
+            "instances": fit.instances,
+        }),
+        "matching": clean(a.matching),
+        "warnings": list(a.warnings),
+    }
+
+
+def render(a: Analysis) -> str:
+    return json.dumps(to_dict(a), indent=2, allow_nan=False) + "\n"

@@ -1,0 +1,86 @@
+"""Terminal report (rich): verdict first, then per-rank table, top collectives, warnings."""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+from rich.table import Table
+
+from ..analysis import Analysis
+from .verdict import headline
+
+
+def _f(x: object, digits: int = 1) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, float):
+        return f"{x:,.{digits}f}"
+    return str(x)
+
+
+def render(a: Analysis, width: int = 140, color: bool = False, show_steps: bool = False) -> str:
+    buf = io.StringIO()
+    con = Console(file=buf, width=width, force_terminal=color, no_color=not color, highlight=False)
+    src = a.source
+    con.print(f"[bold]commscope[/bold]  {src['format']}  {len(src['ranks'])} rank(s)"
+              + (f" of {src['world_size']}" if src.get("world_size") else ""))
+    for line in headline(a):
+        con.print(line)
+    con.print()
+    t = Table(title="Per rank (whole captured window; step time over profiled steps)", title_justify="left")
+    cols = [("rank", "rank"), ("steps", "steps"), ("step_time_mean_ms", "step ms"), ("compute_ms", "compute ms"),
+            ("comm_ms", "comm ms"), ("overlap_pct", "overlap %"), ("exposed_comm_ms", "exposed ms"),
+            ("exposed_wait_ms", "  of it wait"), ("exposed_transfer_ms", "  transfer"), ("idle_ms", "idle ms"),
+            ("wait_ms", "wait ms"), ("caused_wait_ms", "caused ms"), ("last_arrival_pct", "last %")]
+    for _, label in cols:
+        t.add_column(label, justify="right")
+    for row in a.ranks.to_dicts():
+        t.add_row(*[_f(row.get(k)) for k, _ in cols])
+    con.print(t)
+    if show_steps and a.steps.height:
+        st = Table(title="Per step", title_justify="left")
+        scols = [("rank", "rank"), ("step", "step"), ("span_ms", "span ms"), ("compute_ms", "compute ms"),
+                 ("comm_ms", "comm ms"), ("exposed_comm_ms", "exposed ms"), ("exposed_wait_ms", "  of it wait"),
+                 ("idle_ms", "idle ms"), ("wait_ms", "wait ms"), ("caused_wait_ms", "caused ms")]
+        for _, label in scols:
+            st.add_column(label, justify="right")
+        for row in a.steps.to_dicts():
+            st.add_row(*[_f(row.get(k)) for k, _ in scols])
+        con.print(st)
+    if a.collectives.height:
+        top = a.collectives.sort("total_wait_ms", descending=True, nulls_last=True).head(10)
+        ct = Table(title="Collectives with the most waiting", title_justify="left")
+        for label in ("pg", "seq", "op", "step", "bytes", "transfer ms", "max wait ms", "last rank", "busbw GB/s"):
+            ct.add_column(label, justify="right")
+        for r in top.to_dicts():
+            ct.add_row(_f(r["pg"]), _f(r["seq"]), _f(r["op"]), _f(r["step"]), _f(r["bytes"]),
+                       _f(r["transfer_ms"], 3), _f(r["max_wait_ms"], 3), _f(r["last_rank"]), _f(r["busbw_gbps"], 2))
+        con.print(ct)
+    if a.bandwidth.height:
+        bt = Table(title="Bandwidth by operation and size", title_justify="left")
+        for label in ("op", "size", "count", "transfer ms p50", "algbw GB/s p50", "busbw GB/s p50"):
+            bt.add_column(label, justify="right")
+        for r in a.bandwidth.to_dicts():
+            bt.add_row(r["op"], _size(r["size_bucket"]), _f(r["count"]), _f(r["transfer_ms_p50"], 3),
+                       _f(r["algbw_gbps_p50"], 2), _f(r["busbw_gbps_p50"], 2))
+        con.print(bt)
+    fit = a.clock
+    if fit.method != "none":
+        offs = ", ".join(f"{r}: {o / 1e3:+.1f}" for r, o in sorted(fit.offsets_ns.items()))
+        con.print(f"Clock offsets (us, vs rank {fit.reference}): {offs}; uncertainty "
+                  f"{(fit.uncertainty_ns or 0) / 1e3:.1f} us from {fit.instances} collectives")
+    for w in a.warnings:
+        con.print(f"[yellow]warning:[/yellow] {w}")
+    return buf.getvalue()
+
+
+def _size(n: int | None) -> str:
+    if n is None:
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024:
+            return f"{n:g} {unit}"
+        n /= 1024
+    return f"{n:g} TiB"
+

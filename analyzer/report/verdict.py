@@ -1,0 +1,44 @@
+"""The sentences a person reads first, shared by every presenter (text, Markdown, HTML, dashboard)."""
+
+from __future__ import annotations
+
+from ..analysis import Analysis
+
+
+def _ms(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:,.1f} ms"
+
+
+def headline(a: Analysis) -> list[str]:
+    lines = []
+    v = a.verdict
+    if v is not None:
+        cause = {
+            "host": f"host-bound: its GPU sat idle {v.idle_before_ns / 1e6 / max(v.steps_last, 1):,.1f} ms per step "
+                    "while the others already waited",
+            "compute": f"compute-bound: its GPU was computing {v.compute_before_ns / 1e6:,.1f} ms "
+                       "while the others already waited",
+            "unknown": "cause unclear: its GPU was neither mostly idle nor mostly computing before the late collectives",
+        }[v.kind]
+        pattern = "chronic" if v.chronic else "transient"
+        steps = f" over {v.steps_last} of {v.steps_seen} steps" if v.steps_seen else ""
+        lines.append(f"Straggler: rank {v.rank} made the others wait {v.caused_wait_ns / 1e6:,.1f} ms{steps} "
+                     f"({cause}; {pattern}).")
+    elif a.ranking.height:
+        lines.append("No straggler: the wait the ranks cause each other is spread evenly.")
+    r = a.ranks
+    if r.height:
+        comm = float(r["comm_ms"].sum())
+        exposed = float(r["exposed_comm_ms"].sum())
+        wait = float(r["exposed_wait_ms"].fill_null(0).sum())
+        span = float(r["span_ms"].sum())
+        if comm > 0:
+            lines.append(
+                f"Communication: {exposed / r.height:,.1f} ms exposed per rank on average "
+                f"({100 * exposed / span if span else 0:.1f}% of the window), {100 * (comm - exposed) / comm:.1f}% "
+                f"hidden behind compute; {100 * wait / exposed if exposed else 0:.0f}% of the exposed time "
+                "was waiting for a late peer."
+            )
+        else:
+            lines.append("No communication kernels in the traces.")
+    return lines

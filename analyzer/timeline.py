@@ -1,0 +1,240 @@
+"""Kernel classification and vectorized interval algebra over GPU timelines.
+
+Classification lives here and only here: every reader calls :func:`gpu_kind` so that "is this a
+communication kernel" is decided once (HTA decides it twice and one copy went stale).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+# Collective / point-to-point kernels of every library seen in real traces:
+# NCCL old (ncclKernel_*) and new (ncclDevKernel_*), RCCL (ncclDevKernel_Generic, rccl*), MSCCL(++),
+# Habana HCCL, oneCCL, NVSHMEM, DeepEP, TransformerEngine userbuffers, vLLM custom all-reduce and
+# PyTorch symmetric-memory kernels (multimem_all_reduce_kernel, one_shot_all_reduce_kernel, ...).
+COMM_KERNEL_PATTERN = (
+    r"(?i)nccl|rccl|msccl|hccl|oneccl|xccl|nvshmem|deep_ep|userbuffers|cross_device_reduce"
+    r"|multimem_all_|one_shot_all_reduce|two_shot_all_reduce|all_?reduce_kernel|all_?gather_kernel"
+    r"|reduce_?scatter_kernel|all_?to_?all_kernel"
+)
+_COMM_RE = re.compile(COMM_KERNEL_PATTERN)
+
+# Raw event categories (Kineto ``cat``; readers of other formats map to these) -> GPU kind.
+_CATEGORY_KIND = {
+    "kernel": "kernel",
+    "gpu_memcpy": "memcpy",
+    "gpu_memset": "memset",
+    "cuda_sync": "sync",
+}
+
+# Operation names: from a kernel name (NCCL/RCCL naming) and from PyTorch's "Collective name".
+_KERNEL_OP_RULES: tuple[tuple[str, str], ...] = (
+    (r"(?i)all_?reduce", "all_reduce"),
+    (r"(?i)all_?gather", "all_gather"),
+    (r"(?i)reduce_?scatter", "reduce_scatter"),
+    (r"(?i)all_?to_?all", "all_to_all"),
+    (r"(?i)broadcast", "broadcast"),
+    (r"(?i)sendrecv|send_recv", "send_recv"),
+    (r"(?i)_send|send_", "send"),
+    (r"(?i)_recv|recv_", "recv"),
+    (r"(?i)_reduce", "reduce"),
+)
+
+_COLLECTIVE_NAME_OP = {
+    "allreduce": "all_reduce",
+    "allreduce_coalesced": "all_reduce",
+    "_allreduce_base": "all_reduce",
+    "allgather": "all_gather",
+    "all_gather": "all_gather",
+    "_allgather_base": "all_gather",
+    "allgather_into_tensor_coalesced": "all_gather",
+    "allgather_coalesced": "all_gather",
+    "reduce_scatter": "reduce_scatter",
+    "_reduce_scatter_base": "reduce_scatter",
+    "reduce_scatter_tensor_coalesced": "reduce_scatter",
+    "reducescatter": "reduce_scatter",
+    "all_to_all": "all_to_all",
+    "alltoall": "all_to_all",
+    "alltoall_base": "all_to_all",
+    "all_to_allv": "all_to_all",
+    "broadcast": "broadcast",
+    "reduce": "reduce",
+    "send": "send",
+    "recv": "recv",
+    "recvanysource": "recv",
+    "gather": "gather",
+    "scatter": "scatter",
+    "barrier": "barrier",
+    "coalesced": "coalesced",
+}
+
+
+def is_comm_kernel(name: str) -> bool:
+    return _COMM_RE.search(name) is not None
+
+
+def gpu_kind(category: pl.Expr, name: pl.Expr) -> pl.Expr:
+    """Vectorized GPU kind from a raw category and kernel name (the one rule)."""
+    base = category.replace_strict(_CATEGORY_KIND, default="other", return_dtype=pl.Utf8)
+    return (
+        pl.when(base == "kernel")
+        .then(pl.when(name.str.contains(COMM_KERNEL_PATTERN)).then(pl.lit("comm")).otherwise(pl.lit("compute")))
+        .otherwise(base)
+    )
+
+
+def op_from_kernel_name(name: pl.Expr) -> pl.Expr:
+    """Collective operation guessed from an NCCL/RCCL kernel name (used when metadata is missing)."""
+    expr: pl.Expr = pl.lit(None, dtype=pl.Utf8)
+    for pattern, op in reversed(_KERNEL_OP_RULES):
+        expr = pl.when(name.str.contains(pattern)).then(pl.lit(op)).otherwise(expr)
+    return expr
+
+
+def op_from_collective_name(name: str | None) -> str | None:
+    """PyTorch ``record_param_comms`` "Collective name" (or NVTX ``ncclAllReduce``) -> canonical op."""
+    if not name:
+        return None
+    key = name.strip().lower()
+    if key.startswith("nccl"):
+        key = key[4:]
+    key = key.replace("-", "_")
+    if key in _COLLECTIVE_NAME_OP:
+        return _COLLECTIVE_NAME_OP[key]
+    squashed = key.replace("_", "")
+    for k, v in _COLLECTIVE_NAME_OP.items():
+        if k.replace("_", "") == squashed:
+            return v
+    return key
+
+
+BUSY_KINDS = ("compute", "comm", "memcpy", "memset", "other")
+
+
+# ----------------------------------------------------------------------------- interval algebra
+
+
+def union(df: pl.DataFrame, by: list[str], start: str = "start_ns", end: str = "end_ns") -> pl.DataFrame:
+    """Merge overlapping intervals within each group; returns disjoint sorted segments."""
+    if df.height == 0:
+        return df.select([*by, start, end]).clear()
+    return (
+        df.lazy()
+        .select([*by, start, end])
+        .filter(pl.col(end) > pl.col(start))
+        .sort([*by, start])
+        .with_columns(pl.col(end).cum_max().shift(1).over(by).alias("_prev"))
+        .with_columns(
+            (pl.col("_prev").is_null() | (pl.col(start) > pl.col("_prev"))).cum_sum().over(by).alias("_seg")
+        )
+        .group_by([*by, "_seg"])
+        .agg(pl.col(start).min(), pl.col(end).max())
+        .sort([*by, start])
+        .drop("_seg")
+        .collect()
+    )
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """A union of disjoint intervals that answers |union ∩ [a, b]| for many windows at once."""
+
+    starts: np.ndarray
+    ends: np.ndarray
+    cum: np.ndarray  # covered length before segment i
+
+    @staticmethod
+    def of(starts: np.ndarray, ends: np.ndarray) -> Coverage:
+        """Build from arbitrary (possibly overlapping, unsorted) intervals."""
+        s = np.asarray(starts, dtype=np.int64)
+        e = np.asarray(ends, dtype=np.int64)
+        keep = e > s
+        s, e = s[keep], e[keep]
+        if s.size == 0:
+            z = np.zeros(0, dtype=np.int64)
+            return Coverage(z, z, z)
+        order = np.argsort(s, kind="stable")
+        s, e = s[order], e[order]
+        run_end = np.maximum.accumulate(e)
+        new = np.ones(s.size, dtype=bool)
+        new[1:] = s[1:] > run_end[:-1]
+        seg = np.cumsum(new) - 1
+        seg_s = s[new]
+        seg_e = np.zeros(seg_s.size, dtype=np.int64)
+        np.maximum.at(seg_e, seg, e)
+        lengths = seg_e - seg_s
+        cum = np.concatenate(([0], np.cumsum(lengths)[:-1])).astype(np.int64)
+        return Coverage(seg_s, seg_e, cum)
+
+    @property
+    def total(self) -> int:
+        return int((self.ends - self.starts).sum()) if self.starts.size else 0
+
+    def upto(self, t: np.ndarray) -> np.ndarray:
+        """Covered length in (-inf, t]."""
+        t = np.asarray(t, dtype=np.int64)
+        if self.starts.size == 0:
+            return np.zeros(t.shape, dtype=np.int64)
+        k = np.searchsorted(self.starts, t, side="right") - 1
+        kk = np.clip(k, 0, None)
+        within = np.clip(t - self.starts[kk], 0, self.ends[kk] - self.starts[kk])
+        return np.where(k >= 0, self.cum[kk] + within, 0)
+
+    def within(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """|union ∩ [a_i, b_i]| for each window i."""
+        return self.upto(b) - self.upto(a)
+
+    def __or__(self, other: Coverage) -> Coverage:
+        return Coverage.of(np.concatenate([self.starts, other.starts]), np.concatenate([self.ends, other.ends]))
+
+
+# ----------------------------------------------------------------------------- step windows
+
+
+def gpu_step_windows(steps: pl.DataFrame, gpu: pl.DataFrame, cpu: pl.DataFrame) -> pl.DataFrame:
+    """Move host-side step windows onto the GPU timeline.
+
+    A host step (``ProfilerStep#N`` on the CPU) ends long before its kernels do. Each kernel belongs
+    to the step whose host window contains its launch (linked by correlation); a step's GPU window
+    runs from its first kernel's start to the next step's first kernel start (the last step ends at
+    its last kernel's end), so windows tile the GPU timeline and idle between steps is counted.
+    Ranks without launch links keep their host windows.
+    """
+    if steps.height == 0:
+        return steps
+    launches = cpu.filter((pl.col("kind") == "runtime") & pl.col("correlation").is_not_null()).select(
+        "rank", "correlation", pl.col("start_ns").alias("launch_ns")
+    )
+    work = gpu.filter(pl.col("correlation").is_not_null()).join(
+        launches.unique(["rank", "correlation"]), on=["rank", "correlation"], how="inner"
+    )
+    if work.height == 0:
+        return steps
+    host = steps.sort("start_ns").select(
+        "rank", "step", pl.col("start_ns").alias("h_start"), pl.col("end_ns").alias("h_end")
+    )
+    tagged = (
+        work.sort("launch_ns")
+        .join_asof(host, left_on="launch_ns", right_on="h_start", by="rank", strategy="backward", check_sortedness=False)
+        .filter(pl.col("launch_ns") <= pl.col("h_end"))
+    )
+    per_step = tagged.group_by("rank", "step").agg(
+        pl.col("start_ns").min().alias("g_start"), pl.col("end_ns").max().alias("g_end")
+    )
+    moved = (
+        per_step.sort("rank", "g_start")
+        .with_columns(pl.col("g_start").shift(-1).over("rank").alias("next_start"))
+        .select(
+            "rank",
+            "step",
+            pl.col("g_start").alias("start_ns"),
+            pl.coalesce("next_start", "g_end").alias("end_ns"),
+        )
+    )
+    linked_ranks = moved["rank"].unique()
+    kept = steps.filter(~pl.col("rank").is_in(linked_ranks.implode()))
+    return pl.concat([moved.select(steps.columns).cast(dict(steps.schema)), kept]).sort("rank", "start_ns")
