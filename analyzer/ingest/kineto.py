@@ -117,7 +117,7 @@ def decode(path: Path) -> _Trace:
                 path, "is JSON but not a profiler trace (no traceEvents)", "pass PyTorch profiler trace files"
             ) from None
         raise TraceError(path, f"is not a valid Kineto trace ({exc})", "re-export the trace") from None
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:
         raise TraceError(
             path, f"is not valid JSON, possibly truncated ({exc})", "copy the file again or re-export it"
         ) from None

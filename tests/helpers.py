@@ -1,0 +1,19 @@
+"""Small helpers shared by tests: analyze paths the way the CLI does."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from analyzer.analysis import Analysis, analyze
+from analyzer.loader import LoadOptions, load
+from analyzer.report.json import to_dict
+
+
+def run(paths: list[Path] | Path, **opts) -> Analysis:
+    if isinstance(paths, Path):
+        paths = [paths]
+    return analyze(load(list(paths), LoadOptions(jobs=1, cache=False, **opts)))
+
+
+def report(paths: list[Path] | Path, **opts) -> dict:
+    return to_dict(run(paths, **opts))
