@@ -121,7 +121,12 @@ def breakdown(events: list[Interval], window: tuple[int, int] | None = None) -> 
         prev = t
     span = hi - lo
     return Breakdown(
-        totals["compute"], totals["comm"], totals["overlapped"], totals["exposed"], totals["busy"], span,
+        totals["compute"],
+        totals["comm"],
+        totals["overlapped"],
+        totals["exposed"],
+        totals["busy"],
+        span,
         span - totals["busy"],
     )
 
