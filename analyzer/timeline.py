@@ -62,6 +62,7 @@ _COLLECTIVE_NAME_OP = {
     "alltoall_base": "all_to_all",
     "all_to_allv": "all_to_all",
     "broadcast": "broadcast",
+    "bcast": "broadcast",
     "reduce": "reduce",
     "send": "send",
     "recv": "recv",

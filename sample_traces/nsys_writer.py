@@ -265,10 +265,14 @@ def _nsys_api_name(name: str) -> str:
     return name
 
 
+def _comm_id(args: dict[str, Any]) -> int:
+    return zlib.crc32(str(args.get("Process Group Name", "0")).encode())
+
+
 def _nccl_payload(args: dict[str, Any], api: str) -> dict[str, Any]:
     size = _DTYPE_BYTES.get(str(args.get("dtype", "")).lower())
     nelems = args.get("Out msg nelems" if api == "ncclReduceScatter" else "In msg nelems")
-    out: dict[str, Any] = {"NCCL communicator ID": zlib.crc32(str(args.get("Process Group Name", "0")).encode())}
+    out: dict[str, Any] = {"NCCL communicator ID": _comm_id(args)}
     if size is not None and nelems is not None:
         out["Message size [bytes]"] = int(nelems) * size
     return out
@@ -281,16 +285,19 @@ def _add_rank(db: NsysExport, trace: dict[str, Any], pid: int, device_of: dict[i
     def tid(raw: Any) -> int:
         if raw not in tids:
             ok = isinstance(raw, int) and 0 < raw < (1 << 24) and raw not in tids.values()
-            tids[raw] = raw if ok else 1 + len(tids) + pid
+            tids[raw] = raw if ok else 0xF00000 + len(tids)  # tids must fit the GlobalId's 24 bits
         return tids[raw]
 
     db.process(pid)
+    comms: dict[int, tuple[int, int | None]] = {}  # communicator -> (thread, size), for init ranges
+    first = None
     for ev in trace.get("traceEvents", []):
         if ev.get("ph") != "X" or "ts" not in ev:
             continue
         cat, name, args = ev.get("cat", ""), str(ev.get("name", "")), ev.get("args") or {}
         start = _ns(ev["ts"])
         end = start + _ns(ev.get("dur", 0))
+        first = start if first is None else min(first, start)
         corr = args.get("correlation")
         dev = device_of.get(int(args.get("device", 0)), int(args.get("device", 0)))
         stream = int(args.get("stream", 0))
@@ -310,13 +317,21 @@ def _add_rank(db: NsysExport, trace: dict[str, Any], pid: int, device_of: dict[i
             db.sync(pid, start, end, name, device=dev, stream=stream, correlation=corr)
         elif cat in ("cuda_runtime", "cuda_driver"):
             db.runtime(pid, tid(ev.get("tid")), start, end, _nsys_api_name(name), correlation=corr)
-        elif cat == "user_annotation":
-            db.nvtx(pid, tid(ev.get("tid")), start, end, name)
         elif name == "record_param_comms":
+            # NCCL's own NVTX range for the call; the kernel launch sits inside it on the same thread.
             api = _NCCL_API.get(str(args.get("Collective name", "")).lower())
             if api is not None:
                 body = _nccl_payload(args, api) if payload else None
                 db.nvtx(pid, tid(ev.get("tid")), start, end, api, domain=NCCL_DOMAIN, payload=body)
+                size = args.get("Group size")
+                comms.setdefault(_comm_id(args), (tid(ev.get("tid")), int(size) if size is not None else None))
+        elif cat == "user_annotation":
+            db.nvtx(pid, tid(ev.get("tid")), start, end, name)
+    if payload and first is not None:
+        # NCCL's init range carries the communicator size (all_gather / reduce_scatter totals need it).
+        for comm, (thread, size) in comms.items():
+            body = {"NCCL communicator ID": comm, "No. of ranks": size}
+            db.nvtx(pid, thread, first - 2_000, first - 1_000, "ncclCommInitRank", NCCL_DOMAIN, body)
     for prop in trace.get("deviceProperties", []) or []:
         if isinstance(prop, dict) and "id" in prop:
             dev = device_of.get(int(prop["id"]), int(prop["id"]))
