@@ -86,8 +86,9 @@ def main() -> None:
 @click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), help="Write the report here.")
 @click.option("--steps", "show_steps", is_flag=True, help="Also list every step (text format).")
 @common_load_options
-def analyze(paths: tuple[Path, ...], fmt: str, output: Path | None, show_steps: bool, rank_map: tuple[str, ...],
-            step_marker: str | None, jobs: int | None, ranks: str | None, no_cache: bool) -> None:
+def analyze(paths: tuple[Path, ...], fmt: str, output: Path | None, show_steps: bool,
+            rank_map: tuple[str, ...], step_marker: str | None, jobs: int | None, ranks: str | None,
+            no_cache: bool) -> None:
     """Analyze traces (files or folders of ranks): overlap, exposed communication, waits, stragglers."""
 
     def run() -> None:
@@ -105,6 +106,76 @@ def analyze(paths: tuple[Path, ...], fmt: str, output: Path | None, show_steps: 
             click.echo(text, nl=False)
 
     _guard(run)
+
+
+@main.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--host", default="127.0.0.1", show_default=True, help="Interface to listen on (0.0.0.0 exposes it).")
+@click.option("--port", default=8050, show_default=True, type=click.IntRange(0, 65535))
+@click.option("--debug", is_flag=True, help="Dash debug mode (dev tools, tracebacks): never on a shared host.")
+@common_load_options
+def dashboard(paths: tuple[Path, ...], host: str, port: int, debug: bool, rank_map: tuple[str, ...],
+              step_marker: str | None, jobs: int | None, ranks: str | None, no_cache: bool) -> None:
+    """Serve the interactive dashboard over these traces (loaded and analyzed once)."""
+
+    def run() -> None:
+        from dashboards.app import serve
+
+        from .analysis import analyze as run_analysis
+        from .loader import load
+
+        opts = load_options(rank_map, step_marker, jobs, ranks, no_cache)
+        result = run_analysis(load(list(paths), opts))
+        click.echo(f"commscope dashboard: {len(result.source['ranks'])} ranks on http://{host}:{port}/", err=True)
+        serve(result, host=host, port=port, debug=debug)
+
+    _guard(run)
+
+
+@main.command()
+@click.argument("base", type=click.Path(path_type=Path))
+@click.argument("new", type=click.Path(path_type=Path))
+@click.option("--fail-on", multiple=True, metavar="METRIC=+N%",
+              help="Threshold (repeatable): +N%/-N% relative, +N/-N absolute, or off; e.g. exposed_comm_ms=+5%.")
+@click.option("--thresholds", "thresholds_file", type=click.Path(path_type=Path, dir_okay=False),
+              help="TOML file of thresholds ([fail_on] table, confidence, min_effect_pct_of_step, straggler).")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True)
+@click.option("--junit", "junit_path", type=click.Path(path_type=Path, dir_okay=False),
+              help="Also write JUnit XML here (one failing testcase per regressed metric).")
+@click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), help="Write the report here.")
+@common_load_options
+def compare(base: Path, new: Path, fail_on: tuple[str, ...], thresholds_file: Path | None, fmt: str,
+            junit_path: Path | None, output: Path | None, rank_map: tuple[str, ...], step_marker: str | None,
+            jobs: int | None, ranks: str | None, no_cache: bool) -> None:
+    """Compare NEW against BASE (folders or files): exit 0 within thresholds, 1 on regression, 2 on bad input."""
+    outcome = {"passed": True}
+
+    def run() -> None:
+        from . import thresholds
+        from .analysis import analyze as run_analysis
+        from .compare import compare as compare_runs
+        from .errors import UsageError
+        from .loader import load
+        from .report import compare_formats
+
+        for label, path in (("BASE", base), ("NEW", new)):
+            if not path.exists():
+                raise UsageError(f"{label} {path}: does not exist (give a trace file or a folder of rank traces)")
+        th = thresholds.build(fail_on, thresholds_file)  # bad thresholds fail before the slow loading
+        opts = load_options(rank_map, step_marker, jobs, ranks, no_cache)
+        result = compare_runs(run_analysis(load([base], opts)), run_analysis(load([new], opts)), th)
+        text = compare_formats.render(result, fmt)
+        if junit_path:
+            junit_path.write_text(compare_formats.junit(result), encoding="utf-8")
+        if output:
+            output.write_text(text, encoding="utf-8")
+            click.echo(f"wrote {output}", err=True)
+        else:
+            click.echo(text, nl=False)
+        outcome["passed"] = result.passed
+
+    _guard(run)
+    sys.exit(0 if outcome["passed"] else 1)
 
 
 if __name__ == "__main__":

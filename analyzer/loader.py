@@ -5,6 +5,7 @@ A rank that fails to load becomes a ``Skipped`` entry, never an exception, as lo
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
@@ -89,7 +90,9 @@ def _read_all(files: list[TraceFile], options: LoadOptions) -> list[list[RankTra
             if options.progress:
                 options.progress(tf.path.name)
         return out
-    with ProcessPoolExecutor(max_workers=min(jobs, len(files))) as pool:
+    # spawn, not fork: forking after polars has run threads deadlocks the workers
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=min(jobs, len(files)), mp_context=ctx) as pool:
         futures = [pool.submit(read_one, tf, o, options.cache) for tf, o in zip(files, opts)]
         out = []
         for tf, f in zip(files, futures):

@@ -1,0 +1,65 @@
+"""Markdown report for a pull-request comment: verdict, per-rank key table, top collectives by wait."""
+
+from __future__ import annotations
+
+from ..analysis import Analysis
+from .verdict import headline
+
+# (ranks column, header): the key numbers a reviewer needs, in the text report's order
+RANK_COLUMNS = (
+    ("rank", "rank"), ("steps", "steps"), ("step_time_mean_ms", "step ms"), ("compute_ms", "compute ms"),
+    ("comm_ms", "comm ms"), ("overlap_pct", "overlap %"), ("exposed_comm_ms", "exposed ms"),
+    ("exposed_wait_ms", "exposed wait ms"), ("exposed_transfer_ms", "exposed transfer ms"), ("idle_ms", "idle ms"),
+    ("caused_wait_ms", "caused wait ms"), ("last_arrival_pct", "last %"),
+)
+COLLECTIVE_COLUMNS = (
+    ("pg", "pg", 0), ("seq", "seq", 0), ("op", "op", 0), ("step", "step", 0), ("bytes", "bytes", 0),
+    ("transfer_ms", "transfer ms", 3), ("max_wait_ms", "max wait ms", 3), ("total_wait_ms", "total wait ms", 3),
+    ("last_rank", "last rank", 0), ("busbw_gbps", "busbw GB/s", 2),
+)
+TOP_COLLECTIVES = 10
+
+
+def cell(x: object, digits: int = 1) -> str:
+    """One table cell: numbers with thousands separators, missing as an en dash, pipes escaped."""
+    if x is None:
+        return "–"
+    if isinstance(x, bool):
+        return "yes" if x else "no"
+    if isinstance(x, float):
+        return f"{x:,.{digits}f}"
+    if isinstance(x, list):
+        return ",".join(str(v) for v in x)
+    return str(x).replace("|", "\\|")
+
+
+def table(headers: list[str], rows: list[list[str]]) -> list[str]:
+    out = ["| " + " | ".join(headers) + " |", "|" + "|".join("---:" for _ in headers) + "|"]
+    out += ["| " + " | ".join(r) + " |" for r in rows]
+    return out
+
+
+def render(a: Analysis) -> str:
+    src = a.source
+    world = f" of {src['world_size']}" if src.get("world_size") else ""
+    lines = [f"## commscope: {src['format']}, {len(src['ranks'])} rank(s){world}", ""]
+    lines += [f"**{h}**" if i == 0 else h for i, h in enumerate(headline(a))]
+    lines.append("")
+    if a.ranks.height:
+        lines += ["### Per rank", "", "_Whole captured window; step time is the mean over profiled steps._", ""]
+        rows = [[cell(r.get(k)) for k, _ in RANK_COLUMNS] for r in a.ranks.to_dicts()]
+        lines += table([h for _, h in RANK_COLUMNS], rows) + [""]
+    if a.collectives.height:
+        top = a.collectives.sort("total_wait_ms", descending=True, nulls_last=True).head(TOP_COLLECTIVES)
+        lines += [f"### Top {top.height} collectives by wait", ""]
+        rows = [[cell(r.get(k), d) for k, _, d in COLLECTIVE_COLUMNS] for r in top.to_dicts()]
+        lines += table([h for _, h, _ in COLLECTIVE_COLUMNS], rows) + [""]
+    if a.bandwidth.height:
+        lines += ["<details><summary>Bandwidth by operation and size</summary>", ""]
+        rows = [[cell(r["op"]), cell(r["size_bucket"]), cell(r["count"]), cell(r["transfer_ms_p50"], 3),
+                 cell(r["algbw_gbps_p50"], 2), cell(r["busbw_gbps_p50"], 2)] for r in a.bandwidth.to_dicts()]
+        lines += table(["op", "size (bytes)", "count", "transfer ms p50", "algbw GB/s p50", "busbw GB/s p50"], rows)
+        lines += ["", "</details>", ""]
+    if a.warnings:
+        lines += ["### Warnings", ""] + [f"- {w}" for w in a.warnings] + [""]
+    return "\n".join(lines).rstrip() + "\n"

@@ -1,0 +1,1 @@
+"""Dash dashboard over one Analysis; ``figures`` is pure and shared with the static HTML report."""

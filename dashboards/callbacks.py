@@ -1,0 +1,172 @@
+"""Callbacks: they only filter and present the one Analysis the app was built with (no I/O, no metrics).
+
+Selection lives in the ``selection`` store ({rank, step, collective}); every click writes it, every view
+reads it. No request value ever reaches the file system: inputs are ranks, steps and axis ranges.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import dash
+import plotly.graph_objects as go
+import polars as pl
+from dash import Input, Output, State, ctx, no_update
+
+from analyzer.analysis import Analysis
+
+from . import figures
+from . import timeline as tl
+
+MAX_COLLECTIVE_ROWS = 200
+EMPTY = {"rank": None, "step": None, "collective": None}
+
+
+def _int(value: Any) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def collective_rows(a: Analysis, rank: int | None, step: int | None) -> list[dict]:
+    """The slowest instances (by longest wait), for the selected rank and step; values as in the JSON."""
+    c = a.collectives
+    if rank is not None:
+        c = c.filter(pl.col("ranks").list.contains(rank))
+    if step is not None:
+        c = c.filter(pl.col("step") == step)
+    c = c.sort("max_wait_ms", descending=True, nulls_last=True).head(MAX_COLLECTIVE_ROWS)
+    rows = []
+    for r in c.select("pg", "seq", "op", "step", "bytes", "ranks", "transfer_ms", "max_wait_ms", "arrival_skew_ms",
+                      "last_rank", "busbw_gbps").to_dicts():
+        r["ranks_text"] = ",".join(map(str, r.pop("ranks") or []))
+        r["id"] = f"{r['pg']}/{r['seq']}"
+        rows.append(r)
+    return rows
+
+
+def _collective_window(a: Analysis, pg: str, seq: int) -> tuple[tuple[float, float], list[int]] | None:
+    row = a.collectives.filter((pl.col("pg") == pg) & (pl.col("seq") == seq))
+    if row.height == 0:
+        return None
+    r = row.row(0, named=True)
+    x0 = tl.to_axis_ms(a, r["start_ms"])
+    dur = (r["arrival_skew_ms"] or 0.0) + (r["transfer_ms"] or 0.0) + (r["max_wait_ms"] or 0.0)
+    pad = max(0.2, dur)  # show what ran around the instance, not only the kernel itself
+    return (x0 - pad, x0 + dur + pad), list(r["ranks"] or [])
+
+
+def _relayout_window(relayout: dict | None) -> tuple[float, float] | None | str:
+    """The zoomed x range, "reset" on autorange, None when the relayout was not an x zoom."""
+    if not relayout:
+        return None
+    if relayout.get("xaxis.autorange"):
+        return "reset"
+    lo, hi = relayout.get("xaxis.range[0]"), relayout.get("xaxis.range[1]")
+    if lo is None and isinstance(relayout.get("xaxis.range"), list):
+        lo, hi = relayout["xaxis.range"]
+    try:
+        return (float(lo), float(hi)) if lo is not None and hi is not None and float(hi) > float(lo) else None
+    except (TypeError, ValueError):
+        return None
+
+
+def register(app: dash.Dash, a: Analysis) -> None:
+    ranks_known = set(int(r) for r in a.source["ranks"])
+    steps_known = set(a.steps["step"].to_list()) if a.steps.height else set()
+
+    @app.callback(
+        Output("selection", "data"), Output("step-select", "value"),
+        Input("kpi-table", "active_cell"), Input("breakdown", "clickData"), Input("heatmap", "clickData"),
+        Input("timeline", "clickData"), Input("waits", "clickData"), Input("coll-table", "active_cell"),
+        Input("step-select", "value"), Input("clear-selection", "n_clicks"),
+        State("selection", "data"), State("timeline-lanes", "data"),
+        prevent_initial_call=True,
+    )
+    def select(kpi_cell, bar_click, heat_click, tl_click, wait_click, coll_cell, step_value, _clear, sel, lanes):
+        sel = dict(sel or EMPTY)
+        trig = ctx.triggered_id
+        if trig == "clear-selection":
+            return dict(EMPTY), None
+        if trig == "kpi-table" and kpi_cell:
+            sel["rank"] = _int(kpi_cell.get("row_id"))
+        elif trig == "breakdown" and bar_click:
+            sel["rank"] = _int(bar_click["points"][0].get("x"))
+        elif trig == "heatmap" and heat_click:
+            p = heat_click["points"][0]
+            sel["rank"], sel["step"] = _int(p.get("y")), _int(p.get("x"))
+        elif trig == "timeline" and tl_click and lanes:
+            lane = _int(round(float(tl_click["points"][0].get("y", -1))))
+            if lane is not None and 0 <= lane < len(lanes):
+                sel["rank"] = lanes[lane]
+        elif trig == "waits" and wait_click:
+            pg, seq, _last, step = wait_click["points"][0]["customdata"]
+            sel["collective"], sel["step"] = {"pg": str(pg), "seq": _int(seq)}, _int(step)
+        elif trig == "coll-table" and coll_cell and coll_cell.get("row_id"):
+            pg, _, seq = str(coll_cell["row_id"]).rpartition("/")
+            row = a.collectives.filter((pl.col("pg") == pg) & (pl.col("seq") == _int(seq)))
+            if row.height:
+                sel["collective"], sel["step"] = {"pg": pg, "seq": _int(seq)}, row["step"][0]
+        elif trig == "step-select":
+            sel["step"] = _int(step_value)
+            sel["collective"] = None
+        # only known ranks and steps survive: anything else a client sends is dropped
+        if sel.get("rank") not in ranks_known:
+            sel["rank"] = None
+        if sel.get("step") not in steps_known:
+            sel["step"] = None
+        return sel, sel["step"]
+
+    @app.callback(Output("selection-text", "children"), Output("kpi-table", "style_data_conditional"),
+                  Output("breakdown", "figure"), Input("selection", "data"))
+    def overview(sel):
+        sel = sel or EMPTY
+        parts = []
+        if sel.get("rank") is not None:
+            parts.append(f"rank {sel['rank']}")
+        if sel.get("step") is not None:
+            parts.append(f"step {sel['step']}")
+        if sel.get("collective"):
+            parts.append(f"collective {sel['collective']['pg']}/{sel['collective']['seq']}")
+        text = "Selected: " + " · ".join(parts) if parts else "No selection: click a rank, step or collective."
+        style = ([{"if": {"filter_query": f"{{rank}} = {sel['rank']}"}, "backgroundColor": "#fff3b0"}]
+                 if sel.get("rank") is not None else [])
+        return text, style, figures.breakdown_figure(a, selected_rank=sel.get("rank"))
+
+    @app.callback(Output("heatmap", "figure"), Input("heatmap-metric", "value"), Input("selection", "data"))
+    def heatmap(metric, sel):
+        metric = metric if metric in figures.HEATMAP_METRICS else "caused_wait_ms"
+        return figures.heatmap_figure(a, metric, selected_rank=(sel or EMPTY).get("rank"))
+
+    @app.callback(Output("waits", "figure"), Output("busbw", "figure"), Output("coll-table", "data"),
+                  Input("selection", "data"))
+    def collectives(sel):
+        sel = sel or EMPTY
+        ranks = [sel["rank"]] if sel.get("rank") is not None else None
+        return (figures.wait_figure(a, ranks), figures.busbw_figure(a, ranks),
+                collective_rows(a, sel.get("rank"), sel.get("step")))
+
+    @app.callback(Output("timeline", "figure"), Output("timeline-lanes", "data"),
+                  Input("selection", "data"), Input("timeline-opts", "value"), Input("timeline", "relayoutData"))
+    def timeline(sel, opts, relayout):
+        sel = sel or EMPTY
+        by_stream = "streams" in (opts or [])
+        window: tuple[float, float] | None = None
+        zoom = _relayout_window(relayout) if ctx.triggered_id == "timeline" else None
+        if ctx.triggered_id == "timeline" and zoom is None:
+            return no_update, no_update  # a relayout that is not an x zoom (legend, autosize, y pan)
+        if isinstance(zoom, tuple):
+            window = zoom
+        elif zoom != "reset" and sel.get("collective"):
+            found = _collective_window(a, sel["collective"]["pg"], sel["collective"]["seq"])
+            window = found[0] if found else None
+        elif zoom != "reset" and sel.get("step") is not None:
+            window = tl.step_window_ms(a, sel["step"])
+        fig = figures.timeline_figure(a, window_ms=window, by_stream=by_stream, selected_rank=sel.get("rank"),
+                                      expand_rank=None if by_stream else sel.get("rank"))
+        # same revision while only zooming, so plotly keeps the user's view; a new selection resets it
+        fig.update_layout(uirevision=json.dumps([sel, by_stream], sort_keys=True))
+        lanes = [ln[0] for ln in (fig.layout.meta or {}).get("lanes", [])] if isinstance(fig, go.Figure) else []
+        return fig, lanes

@@ -1,0 +1,137 @@
+"""Static page structure: verdict first, then per-rank KPIs, heatmaps, timeline, collectives.
+
+Table cells hold the Analysis numbers unchanged (the JSON report's numbers); only the display format
+rounds them, so sorting is numeric and a cell reads the same as the JSON value formatted with ``.3f``.
+"""
+
+from __future__ import annotations
+
+from dash import dash_table, dcc, html
+from dash.dash_table.Format import Format, Scheme
+
+from analyzer.analysis import Analysis
+from analyzer.report.verdict import headline
+
+from . import figures
+
+# (id, header, ranks column): the KPI table; ids double as the JSON ``ranks[]`` keys except step time
+KPI_COLUMNS = (
+    ("rank", "rank", "rank"),
+    ("steps", "steps", "steps"),
+    ("step_time_mean_ms", "step time mean (ms)", "step_time_mean_ms"),
+    ("step_time_p50_ms", "step time p50 (ms)", "step_time_p50_ms"),
+    ("step_time_max_ms", "step time max (ms)", "step_time_max_ms"),
+    ("compute_ms", "compute (ms)", "compute_ms"),
+    ("comm_ms", "comm (ms)", "comm_ms"),
+    ("exposed_comm_ms", "exposed comm (ms)", "exposed_comm_ms"),
+    ("exposed_wait_ms", "exposed wait (ms)", "exposed_wait_ms"),
+    ("exposed_transfer_ms", "exposed transfer (ms)", "exposed_transfer_ms"),
+    ("overlap_pct", "overlap %", "overlap_pct"),
+    ("idle_ms", "idle (ms)", "idle_ms"),
+    ("memcpy_ms", "memcpy (ms)", "memcpy_ms"),
+    ("wait_ms", "wait (ms)", "wait_ms"),
+    ("caused_wait_ms", "wait caused (ms)", "caused_wait_ms"),
+    ("last_arrival_pct", "last arrival %", "last_arrival_pct"),
+)
+INT_COLUMNS = {"rank", "steps"}
+NUMBER_FORMAT = Format(precision=3, scheme=Scheme.fixed, nully="n/a")
+COLLECTIVE_COLUMNS = (
+    ("pg", "pg"), ("seq", "seq"), ("op", "op"), ("step", "step"), ("bytes", "bytes"), ("ranks_text", "ranks"),
+    ("transfer_ms", "transfer (ms)"), ("max_wait_ms", "max wait (ms)"), ("arrival_skew_ms", "arrival skew (ms)"),
+    ("last_rank", "last rank"), ("busbw_gbps", "busbw (GB/s)"),
+)
+TABLE_STYLE = {"overflowX": "auto", "maxHeight": "420px", "overflowY": "auto"}
+CELL_STYLE = {"fontFamily": "system-ui, sans-serif", "fontSize": "13px", "padding": "3px 8px"}
+
+
+def kpi_rows(a: Analysis) -> list[dict]:
+    """One row per rank straight from ``a.ranks`` (NaN -> None so the cell reads n/a like JSON null)."""
+    cols = [c for _, _, c in KPI_COLUMNS]
+    rows = []
+    for rec in a.ranks.select(cols).to_dicts():
+        row = {k: (None if isinstance(v, float) and v != v else v) for k, v in rec.items()}
+        row["id"] = row["rank"]  # DataTable row_id: a click names the rank even after sorting
+        rows.append(row)
+    return rows
+
+
+def process_group_rows(a: Analysis) -> list[dict]:
+    """Process groups as the traces declared them, with how many matched instances each had."""
+    seen: dict[str, dict] = {}
+    for meta in a.traces.ranks:
+        for pg in meta.process_groups:
+            seen.setdefault(pg.name, {"pg": pg.name, "desc": pg.desc, "ranks": ",".join(map(str, pg.ranks))})
+    counts = {pg: n for pg, n in a.collectives.group_by("pg").len().iter_rows()}
+    ops = {pg: ", ".join(sorted(o)) for pg, o in a.collectives.group_by("pg").agg("op").iter_rows()}
+    for name in counts:
+        seen.setdefault(name, {"pg": name, "desc": "", "ranks": ""})
+    rows = []
+    for name, row in seen.items():
+        rows.append({**row, "instances": counts.get(name, 0), "ops": ", ".join(sorted(set(ops.get(name, "").split(
+            ", ")) - {""}))})
+    return sorted(rows, key=lambda r: (len(r["pg"]), r["pg"]))
+
+
+def _section(title: str, *children, id_: str | None = None) -> html.Section:
+    return html.Section([html.H2(title, style={"fontSize": "18px", "margin": "18px 0 6px"}), *children],
+                        id=id_ or f"section-{title.lower().replace(' ', '-')}")
+
+
+def build_layout(a: Analysis) -> html.Div:
+    src = a.source
+    steps = sorted(set(a.steps["step"].to_list())) if a.steps.height else []
+    fit = a.clock
+    clock = (f"clock: {fit.method}, reference rank {fit.reference}"
+             + (f", uncertainty {fit.uncertainty_ns / 1e3:,.1f} us" if fit.uncertainty_ns is not None else ""))
+    kpi_columns = [
+        {"id": cid, "name": name, "type": "numeric",
+         **({} if cid in INT_COLUMNS else {"format": NUMBER_FORMAT})}
+        for cid, name, _ in KPI_COLUMNS
+    ]
+    return html.Div(style={"fontFamily": "system-ui, sans-serif", "margin": "12px 24px", "maxWidth": "1500px"}, children=[
+        dcc.Store(id="selection", data={"rank": None, "step": None, "collective": None}),
+        dcc.Store(id="timeline-lanes", data=[]),
+        html.H1("commscope", style={"fontSize": "24px", "marginBottom": "2px"}),
+        html.Div(f"{len(src['ranks'])} ranks ({src['format']}, world size {src['world_size']}) · "
+                 f"{a.collectives.height} matched collective instances · {clock}",
+                 id="source-line", style={"color": "#555"}),
+        _section("Verdict", html.Ul([html.Li(s) for s in headline(a)], id="verdict"),
+                 html.Details([html.Summary(f"{len(a.warnings)} warnings"),
+                               html.Ul([html.Li(w) for w in a.warnings])], id="warnings") if a.warnings else None),
+        html.Div(id="selection-bar", style={"position": "sticky", "top": 0, "zIndex": 10, "background": "#fffbe6",
+                                            "padding": "6px 10px", "border": "1px solid #eee", "marginTop": "8px"},
+                 children=[html.Span("No selection: click a rank, step or collective.", id="selection-text"),
+                           html.Button("clear selection", id="clear-selection", n_clicks=0,
+                                       style={"marginLeft": "16px"})]),
+        _section("Ranks", dash_table.DataTable(
+            id="kpi-table", columns=kpi_columns, data=kpi_rows(a), sort_action="native", page_action="none",
+            style_table=TABLE_STYLE, style_cell=CELL_STYLE, fixed_rows={"headers": True},
+            style_header={"fontWeight": "bold", "whiteSpace": "normal", "height": "auto"},
+        ), dcc.Graph(id="breakdown", figure=figures.breakdown_figure(a), config={"displaylogo": False})),
+        _section("Rank × step", html.Div([
+            dcc.Dropdown(id="heatmap-metric", value="caused_wait_ms", clearable=False, style={"width": "280px"},
+                         options=[{"label": v, "value": k} for k, v in figures.HEATMAP_METRICS.items()]),
+        ]), dcc.Graph(id="heatmap", config={"displaylogo": False})),
+        _section("Timeline", html.Div(style={"display": "flex", "gap": "16px", "alignItems": "center"}, children=[
+            html.Label("zoom to step"),
+            dcc.Dropdown(id="step-select", options=[{"label": f"step {s}", "value": s} for s in steps],
+                         placeholder="whole window", style={"width": "200px"}),
+            dcc.Checklist(id="timeline-opts", options=[{"label": " one lane per stream", "value": "streams"}],
+                          value=[]),
+            html.Span("Drag to zoom: the view re-samples at the new resolution.", style={"color": "#777"}),
+        ]), dcc.Loading(dcc.Graph(id="timeline", config={"displaylogo": False}), delay_show=400)),
+        _section("Collectives", html.Div(style={"display": "grid", "gridTemplateColumns": "3fr 2fr", "gap": "12px"},
+                                         children=[dcc.Graph(id="waits", config={"displaylogo": False}),
+                                                   dcc.Graph(id="busbw", config={"displaylogo": False})]),
+                 html.H3("Slowest instances (by longest wait)", style={"fontSize": "15px"}),
+                 dash_table.DataTable(
+                     id="coll-table", page_size=15, sort_action="native", style_table=TABLE_STYLE,
+                     style_cell=CELL_STYLE, style_header={"fontWeight": "bold"},
+                     columns=[{"id": c, "name": n, "type": "numeric" if c not in ("pg", "op", "ranks_text") else "text",
+                               **({"format": NUMBER_FORMAT} if c.endswith(("_ms", "_gbps")) else {})}
+                              for c, n in COLLECTIVE_COLUMNS]),
+                 html.H3("Process groups", style={"fontSize": "15px"}),
+                 dash_table.DataTable(id="pg-table", data=process_group_rows(a), style_cell=CELL_STYLE,
+                                      style_header={"fontWeight": "bold"}, style_table=TABLE_STYLE,
+                                      columns=[{"id": c, "name": c} for c in ("pg", "desc", "ranks", "instances", "ops")])),
+    ])
