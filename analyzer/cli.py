@@ -85,8 +85,10 @@ def main() -> None:
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True)
 @click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), help="Write the report here.")
 @click.option("--steps", "show_steps", is_flag=True, help="Also list every step (text format).")
+@click.option("--scheduler", metavar="ADDRESS",
+              help="Parse ranks on this Dask scheduler (tcp://host:8786); the cache dir must be shared storage.")
 @common_load_options
-def analyze(paths: tuple[Path, ...], fmt: str, output: Path | None, show_steps: bool,
+def analyze(paths: tuple[Path, ...], fmt: str, output: Path | None, show_steps: bool, scheduler: str | None,
             rank_map: tuple[str, ...], step_marker: str | None, jobs: int | None, ranks: str | None,
             no_cache: bool) -> None:
     """Analyze traces (files or folders of ranks): overlap, exposed communication, waits, stragglers."""
@@ -97,6 +99,10 @@ def analyze(paths: tuple[Path, ...], fmt: str, output: Path | None, show_steps: 
         from .report import render
 
         opts = load_options(rank_map, step_marker, jobs, ranks, no_cache)
+        if scheduler:
+            from dataclasses import replace
+
+            opts = replace(opts, scheduler=scheduler)
         result = run_analysis(load(list(paths), opts))
         text = render(result, fmt, show_steps=show_steps)
         if output:

@@ -1,6 +1,9 @@
 """Paths -> TraceSet: discover files, read each rank (in worker processes), assemble the canonical tables.
 
 A rank that fails to load becomes a ``Skipped`` entry, never an exception, as long as one rank loads.
+The ``cpu`` table keeps only what cross-rank work reads (runtime launches and annotations): ``cpu_op``
+rows are most of a trace and no metric uses them, so they are dropped per rank, before caching.
+With ``scheduler`` set, ranks are parsed on a Dask cluster into the cache (see ``scaleout.py``).
 """
 
 from __future__ import annotations
@@ -8,8 +11,9 @@ from __future__ import annotations
 import multiprocessing
 import os
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 
 import polars as pl
@@ -39,6 +43,29 @@ class LoadOptions:
     ranks: tuple[int, ...] | None = None  # keep only these ranks
     cache: bool = True
     progress: Callable[[str], None] | None = None
+    scheduler: str | None = None  # Dask scheduler address: parse ranks on that cluster
+
+
+CPU_KEPT = ("runtime", "annotation")  # cpu kinds anything after loading reads
+
+
+def read_lean(path: Path, opts: ReadOptions, fmt: str = "kineto") -> list[RankTrace]:
+    """A reader's tables with the ``cpu`` table cut to ``CPU_KEPT`` (Kineto skips the rest while decoding)."""
+    if fmt == "kineto":
+        from .ingest.kineto import read_tables
+
+        traces = read_tables(path, opts, cpu_ops=False)
+    else:
+        traces = reader_for(fmt)(path, opts)
+    return [replace(t, cpu=t.cpu.filter(pl.col("kind").is_in(CPU_KEPT))) for t in traces]
+
+
+def lean_reader(fmt: str) -> Callable[[Path, ReadOptions], list[RankTrace]]:
+    return partial(_read_fmt, fmt=fmt)  # a partial of a module function pickles (Dask, workers)
+
+
+def _read_fmt(path: Path, opts: ReadOptions, fmt: str) -> list[RankTrace]:
+    return read_lean(path, opts, fmt)
 
 
 def read_one(tf: TraceFile, opts: ReadOptions, use_cache: bool = True) -> list[RankTrace] | Skipped:
@@ -47,8 +74,8 @@ def read_one(tf: TraceFile, opts: ReadOptions, use_cache: bool = True) -> list[R
         if use_cache:
             from .ingest.cache import cached_read
 
-            return cached_read(tf, opts)
-        return reader_for(tf.format)(tf.path, opts)
+            return cached_read(tf, opts, lean_reader(tf.format))
+        return read_lean(tf.path, opts, tf.format)
     except CommscopeError as exc:
         return Skipped(str(tf.path), str(exc))
     except Exception as exc:  # noqa: BLE001 - a broken rank must never sink the others
@@ -80,26 +107,51 @@ def load(paths: list[Path], options: LoadOptions | None = None) -> TraceSet:
 
 
 def _read_all(files: list[TraceFile], options: LoadOptions) -> list[list[RankTrace] | Skipped]:
+    from .progress import rank_progress
+
     jobs = options.jobs or os.cpu_count() or 1
     opts = [ReadOptions(rank_hint=tf.rank_hint, rank_map=dict(options.rank_map or {}),
                         step_marker=options.step_marker) for tf in files]
-    if jobs <= 1 or len(files) <= 1:
-        out = []
-        for tf, o in zip(files, opts):
-            out.append(read_one(tf, o, options.cache))
+    with rank_progress(len(files)) as bar:
+        def done(name: str) -> None:
+            bar(name)
             if options.progress:
-                options.progress(tf.path.name)
-        return out
-    # spawn, not fork: forking after polars has run threads deadlocks the workers
-    ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=min(jobs, len(files)), mp_context=ctx) as pool:
-        futures = [pool.submit(read_one, tf, o, options.cache) for tf, o in zip(files, opts)]
-        out = []
-        for tf, f in zip(files, futures):
-            out.append(f.result())
-            if options.progress:
-                options.progress(tf.path.name)
-        return out
+                options.progress(name)
+
+        if options.scheduler:
+            from .scaleout import read_on_cluster
+
+            return read_on_cluster(files, opts, options.scheduler, done)
+        results: list[list[RankTrace] | Skipped | None] = [None] * len(files)
+        todo = list(range(len(files)))
+        if options.cache and jobs > 1:
+            # cache hits load in ~30 ms here; a spawned worker costs more in start-up and pickling
+            from .ingest.cache import entry_dir, load_entry
+
+            for i in list(todo):
+                try:
+                    hit = load_entry(entry_dir(files[i], opts[i]))
+                except OSError:
+                    hit = None
+                if hit is not None:
+                    results[i] = hit
+                    todo.remove(i)
+                    done(files[i].path.name)
+        if jobs <= 1 or len(todo) <= 1:
+            for i in todo:
+                results[i] = read_one(files[i], opts[i], options.cache)
+                done(files[i].path.name)
+            return [r for r in results if r is not None]
+        # spawn, not fork: forking after polars has run threads deadlocks the workers.
+        # One task per file, at most `jobs` alive: a worker holds one rank's bytes and events at a time.
+        ctx = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=ctx) as pool:
+            futures = {pool.submit(read_one, files[i], opts[i], options.cache): i for i in todo}
+            for f in as_completed(futures):
+                i = futures[f]
+                results[i] = f.result()
+                done(files[i].path.name)
+        return [r for r in results if r is not None]
 
 
 def _settle_ranks(traces: list[RankTrace]) -> tuple[list[RankTrace], list[str]]:

@@ -37,6 +37,11 @@ HEATMAP_METRICS = {
 }
 TIMELINE_BUDGET = 60_000  # segments in one timeline figure, all lanes and kinds together
 HOVER_LIMIT = 4_000  # segments up to which the timeline carries per-segment hover text
+GL_POINTS = 40_000  # above this many points a trace goes WebGL; below, SVG draws faster (no GL context per figure)
+
+
+def _scatter(n_points: int, **kw) -> go.Scatter | go.Scattergl:
+    return go.Scattergl(**kw) if n_points > GL_POINTS else go.Scatter(**kw)
 _MARGIN = {"l": 60, "r": 20, "t": 40, "b": 40}
 
 
@@ -75,7 +80,8 @@ def heatmap_figure(a: Analysis, metric: str = "span_ms", selected_rank: int | No
     title = f"{HEATMAP_METRICS[metric]} per rank and step"
     if s.height == 0:
         return _empty(title, "no step markers in the traces")
-    wide = s.pivot(on="step", index="rank", values=metric, sort_columns=True).sort("rank")
+    # (rank, step) is unique in a healthy Analysis; "first" keeps a view up rather than failing on a bad table
+    wide = s.pivot(on="step", index="rank", values=metric, aggregate_function="first", sort_columns=True).sort("rank")
     steps = [c for c in wide.columns if c != "rank"]
     ranks = wide["rank"].to_list()
     z = wide.select(steps).to_numpy().astype(float)
@@ -139,7 +145,7 @@ def timeline_figure(a: Analysis, ranks: Sequence[int] | None = None, window_ms: 
     fig = go.Figure()
     ext_idx = np.arange(len(lanes), dtype=float)
     xs, ys = _lines(extent["start_ns"].to_numpy() / 1e6, extent["end_ns"].to_numpy() / 1e6, ext_idx)
-    fig.add_trace(go.Scattergl(x=xs, y=ys, mode="lines", name="idle", hoverinfo="skip",
+    fig.add_trace(_scatter(len(xs), x=xs, y=ys, mode="lines", name="idle", hoverinfo="skip",
                                line={"color": COLORS["idle"], "width": lane_px - 6}))
     groups = segs["group"].to_numpy()
     hover = segs.height <= HOVER_LIMIT  # hover text dominates the payload; big views show time and kind only
@@ -150,7 +156,7 @@ def timeline_figure(a: Analysis, ranks: Sequence[int] | None = None, window_ms: 
         part = segs.filter(pl.Series(mask))
         xs, ys = _lines(part["start_ns"].to_numpy() / 1e6, part["end_ns"].to_numpy() / 1e6,
                         lane_idx[mask] + shift.get(kind, 0.0) * whole[lane_idx[mask].astype(int)])
-        trace = go.Scattergl(x=xs, y=ys, mode="lines", name=kind, line={"color": COLORS[kind], "width": width},
+        trace = _scatter(3 * segs.height, x=xs, y=ys, mode="lines", name=kind, line={"color": COLORS[kind], "width": width},
                              connectgaps=False, hoverinfo="x+name")
         if hover:
             text = np.full(3 * part.height, "", dtype=object)
@@ -169,9 +175,9 @@ def timeline_figure(a: Analysis, ranks: Sequence[int] | None = None, window_ms: 
             fig.add_hrect(y0=min(sel) - 0.5, y1=max(sel) + 0.5, fillcolor="gold", opacity=0.25, line_width=0)
     title = "GPU timeline (aligned clock" + (f", {window_ms[0]:,.1f}–{window_ms[1]:,.1f} ms)" if window_ms else ")")
     fig.update_layout(
-        title=title, margin=_MARGIN, height=max(260, 90 + lane_px * len(lanes)), legend_orientation="h",
-        legend_y=1.02, legend_x=0.5, xaxis={"title": "ms from the first GPU event", "range": list(window_ms)
-                                            if window_ms else None},
+        title=title, margin=_MARGIN, height=max(260, 90 + lane_px * len(lanes)),
+        legend={"orientation": "h", "y": 1.0, "x": 1.0, "yanchor": "bottom", "xanchor": "right"},
+        xaxis={"title": "ms from the first GPU event", "range": list(window_ms) if window_ms else None},
         yaxis={"tickvals": list(range(len(lanes))), "ticktext": labels, "autorange": "reversed", "zeroline": False,
                "showgrid": False},
         meta={"lanes": [list(ln) for ln in lanes], "segments": segs.height, "per_lane": per_lane},
@@ -197,10 +203,10 @@ def wait_figure(a: Analysis, ranks: Sequence[int] | None = None) -> go.Figure:
         hover = ("%{customdata[0]}/%{customdata[1]} " + op + "<br>last rank %{customdata[2]}, step %{customdata[3]}"
                  "<br>%{y:,.3f} ms<extra></extra>")
         color = palette[i % len(palette)]
-        fig.add_trace(go.Scattergl(x=part["_x"].to_list(), y=part["max_wait_ms"].to_list(), mode="markers", name=op,
+        fig.add_trace(_scatter(c.height, x=part["_x"].to_list(), y=part["max_wait_ms"].to_list(), mode="markers", name=op,
                                    legendgroup=op, marker_color=color, customdata=custom, hovertemplate=hover),
                       row=1, col=1)
-        fig.add_trace(go.Scattergl(x=part["_x"].to_list(), y=part["arrival_skew_ms"].to_list(), mode="markers",
+        fig.add_trace(_scatter(c.height, x=part["_x"].to_list(), y=part["arrival_skew_ms"].to_list(), mode="markers",
                                    name=op, legendgroup=op, showlegend=False, marker={"color": color, "symbol": "x"},
                                    customdata=custom, hovertemplate=hover), row=2, col=1)
     suffix = f" (ranks {', '.join(map(str, ranks))})" if ranks else ""
@@ -221,8 +227,8 @@ def busbw_figure(a: Analysis, ranks: Sequence[int] | None = None) -> go.Figure:
     for i, op in enumerate(sorted(c["op"].unique().to_list())):
         part = c.filter(pl.col("op") == op)
         color = palette[i % len(palette)]
-        fig.add_trace(go.Scattergl(
-            x=part["bytes"].to_list(), y=part["busbw_gbps"].to_list(), mode="markers", name=op, legendgroup=op,
+        fig.add_trace(_scatter(
+            c.height, x=part["bytes"].to_list(), y=part["busbw_gbps"].to_list(), mode="markers", name=op, legendgroup=op,
             marker={"color": color, "opacity": 0.6}, customdata=part.select("pg", "seq").to_numpy().tolist(),
             hovertemplate="%{customdata[0]}/%{customdata[1]} " + op + "<br>%{x:,} B: %{y:,.2f} GB/s<extra></extra>"))
         med = a.bandwidth.filter(pl.col("op") == op)

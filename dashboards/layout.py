@@ -41,7 +41,7 @@ COLLECTIVE_COLUMNS = (
     ("last_rank", "last rank"), ("busbw_gbps", "busbw (GB/s)"),
 )
 TABLE_STYLE = {"overflowX": "auto", "maxHeight": "420px", "overflowY": "auto"}
-CELL_STYLE = {"fontFamily": "system-ui, sans-serif", "fontSize": "13px", "padding": "3px 8px"}
+CELL_STYLE = {"fontFamily": "system-ui, sans-serif", "fontSize": "13px", "padding": "3px 8px", "minWidth": "64px"}
 
 
 def kpi_rows(a: Analysis) -> list[dict]:

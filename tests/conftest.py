@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -15,10 +17,9 @@ SAMPLES = ROOT / "sample_traces"
 SHARED = ROOT.parent / "shared" / "traces"
 
 
-@pytest.fixture(autouse=True)
-def _isolated_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
-    # tests never touch the user's cache directory
-    monkeypatch.setenv("COMMSCOPE_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))
+# tests never touch the user's cache directory; set at import so module-scoped fixtures and CLI
+# subprocesses see it too
+os.environ["COMMSCOPE_CACHE_DIR"] = tempfile.mkdtemp(prefix="commscope-test-cache-")
 
 
 def shared(*parts: str) -> Path:

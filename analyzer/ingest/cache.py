@@ -11,17 +11,18 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
 import polars as pl
 
 from ..model import ProcessGroup, RankMeta, RankTrace
-from . import reader_for
+from . import Reader, reader_for
 from .discover import TraceFile
 from .options import ReadOptions
 
-PARSER_VERSION = "1"
+PARSER_VERSION = "3"  # bump when a reader's tables change: old entries are then ignored
 _TABLES = ("gpu", "cpu", "comm_calls", "steps")
 
 
@@ -42,15 +43,20 @@ def cache_key(tf: TraceFile, opts: ReadOptions) -> str:
     return hashlib.sha256(ident.encode()).hexdigest()[:32]
 
 
-def cached_read(tf: TraceFile, opts: ReadOptions) -> list[RankTrace]:
+def entry_dir(tf: TraceFile, opts: ReadOptions) -> Path:
+    return cache_dir() / cache_key(tf, opts)
+
+
+def cached_read(tf: TraceFile, opts: ReadOptions, reader: Reader | None = None) -> list[RankTrace]:
+    read: Callable[[Path, ReadOptions], list[RankTrace]] = reader or reader_for(tf.format)
     try:
-        folder = cache_dir() / cache_key(tf, opts)
+        folder = entry_dir(tf, opts)
     except OSError:
-        return reader_for(tf.format)(tf.path, opts)
-    hit = _load(folder)
+        return read(tf.path, opts)
+    hit = load_entry(folder)
     if hit is not None:
         return hit
-    traces = reader_for(tf.format)(tf.path, opts)
+    traces = read(tf.path, opts)
     try:
         _store(folder, traces)
     except OSError:
@@ -58,7 +64,15 @@ def cached_read(tf: TraceFile, opts: ReadOptions) -> list[RankTrace]:
     return traces
 
 
-def _load(folder: Path) -> list[RankTrace] | None:
+def ensure_entry(tf: TraceFile, opts: ReadOptions, reader: Reader | None = None) -> Path:
+    """Parse into the cache unless already there; returns the entry folder (for the Dask path)."""
+    folder = entry_dir(tf, opts)
+    if load_entry(folder) is None:  # absent or damaged
+        _store(folder, (reader or reader_for(tf.format))(tf.path, opts))
+    return folder
+
+
+def load_entry(folder: Path) -> list[RankTrace] | None:
     manifest = folder / "manifest.json"
     if not manifest.is_file():
         return None

@@ -24,3 +24,26 @@ def us_text_to_ns(text: pl.Series) -> pl.Series:
     approx = (pl.col("t").cast(pl.Float64, strict=False) * 1000.0).round(0).cast(pl.Int64, strict=False)
     out = frame.select(pl.when(plain).then(exact).otherwise(approx).alias("ns"))["ns"]
     return out.rename(text.name)
+
+
+# Below 2^43 µs a float64 is within 2^-11 µs (0.49 ns) of the decimal it was parsed from, so splitting
+# off the (exact) integer part and rounding the fraction to whole ns recovers a 3-decimal text exactly.
+FLOAT_EXACT_LIMIT_US = 2.0**43
+_INT_EXACT_LIMIT_US = 2**53  # JSON integers up to here are exact in float64
+
+
+def us_numbers_to_ns(values: list[int | float | None]) -> pl.Series | None:
+    """Decoded JSON numbers (µs) -> Int64 ns, exactly; ``None`` when some value needs its text.
+
+    Integers are exact (< 2^53); floats are exact below 2^43 µs. A float at or above that (e.g. epoch
+    microseconds with a fraction, ``1712195495519695.8``) may be off by a nanosecond, so the caller
+    falls back to :func:`us_text_to_ns` on the raw JSON text.
+    """
+    d = pl.Series("t", values, dtype=pl.Float64, strict=False)
+    big = d.abs() >= FLOAT_EXACT_LIMIT_US
+    if big.any():
+        for v, b in zip(values, big.to_list()):  # only reached for epoch-style timestamps
+            if b and (type(v) is not int or abs(v) >= _INT_EXACT_LIMIT_US):
+                return None
+    whole = d.floor()
+    return whole.cast(pl.Int64) * 1000 + ((d - whole) * 1000.0).round(0).cast(pl.Int64)
