@@ -90,6 +90,7 @@ class Watched:
 
     def __init__(self, browser, address: str) -> None:
         self.page = browser.new_page(viewport={"width": 1500, "height": 1000})
+        self.page.set_default_timeout(90_000)  # a loaded 2-core CI machine draws plotly figures slowly
         self.errors: list[str] = []
         self.page.on("console", lambda m: self.errors.append(f"console: {m.text}") if m.type == "error" else None)
         self.page.on("pageerror", lambda e: self.errors.append(f"pageerror: {e}"))
@@ -97,7 +98,7 @@ class Watched:
         self.page.goto(address)
         self.ready()
 
-    def ready(self, timeout_ms: int = 20_000) -> None:
+    def ready(self, timeout_ms: int = 90_000) -> None:
         self.page.wait_for_function(READY_JS, timeout=timeout_ms)
 
     def timeline(self) -> str:
@@ -107,7 +108,7 @@ class Watched:
         cell = self.page.locator('#kpi-table td[data-dash-column="rank"]').get_by_text(str(rank), exact=True)
         cell.first.click()
 
-    def wait_change(self, before: str, timeout_ms: int = 20_000) -> None:
+    def wait_change(self, before: str, timeout_ms: int = 90_000) -> None:
         self.page.wait_for_function(f"() => ({TIMELINE_SIG_JS})() !== {before!r}", timeout=timeout_ms)
         self.ready(timeout_ms)
 
