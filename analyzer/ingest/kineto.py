@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import gc
 import re
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,20 +21,24 @@ import msgspec
 import polars as pl
 
 from ..errors import TraceError
-from ..model import (
-    COMM_CALL_SCHEMA,
-    CPU_SCHEMA,
-    GPU_SCHEMA,
-    STEP_SCHEMA,
-    ProcessGroup,
-    RankMeta,
-    RankTrace,
-    conform,
+from ..model import ProcessGroup, RankMeta, RankTrace
+from .kineto_tables import (
+    _CPU_CATS,
+    _GPU_CATS,
+    _Args,
+    _as_int,
+    _comm_calls,
+    _cpu_table,
+    _gpu_table,
+    _NeedsText,
+    _number_times,
+    _steps,
+    _text_times,
+    _Times,
 )
-from ..timeline import gpu_kind, op_from_collective_name
+from .kineto_tables import dtype_size as dtype_size  # re-exported: callers import it from here
 from .options import ReadOptions
 from .source import GZIP_MAGIC, read_bytes
-from .timestamps import us_numbers_to_ns, us_text_to_ns
 
 try:  # igzip inflates ~2-3x faster than zlib; optional
     from isal import isal_zlib as _fast_zlib
@@ -43,22 +46,6 @@ except ImportError:  # pragma: no cover - depends on the environment
     _fast_zlib = None
 
 _EMPTY = msgspec.Raw(b"")
-
-
-class _Args(msgspec.Struct, gc=False):
-    device: Any = None
-    stream: Any = None
-    correlation: Any = None
-    external_id: Any = msgspec.field(default=None, name="External id")
-    external_id_old: Any = msgspec.field(default=None, name="external id")
-    collective: Any = msgspec.field(default=None, name="Collective name")
-    pg_name: Any = msgspec.field(default=None, name="Process Group Name")
-    pg_desc: Any = msgspec.field(default=None, name="Process Group Description")
-    pg_ranks: Any = msgspec.field(default=None, name="Process Group Ranks")
-    group_size: Any = msgspec.field(default=None, name="Group size")
-    dtype: Any = None
-    in_nelems: Any = msgspec.field(default=None, name="In msg nelems")
-    out_nelems: Any = msgspec.field(default=None, name="Out msg nelems")
 
 
 class _RawEvent(msgspec.Struct, gc=False):
@@ -109,37 +96,7 @@ _CHUNK = msgspec.json.Decoder(list[_Event])
 _CHUNK_BYTES = 32 << 20  # bounds the live decoded events to ~one chunk's worth
 _SPLIT = re.compile(rb"\}\s*,\s*\{")
 
-# Kineto categories (and the capitalised ones of very old traces) -> raw GPU category.
-_GPU_CATS = {
-    "kernel": "kernel",
-    "Kernel": "kernel",
-    "gpu_memcpy": "gpu_memcpy",
-    "Memcpy": "gpu_memcpy",
-    "gpu_memset": "gpu_memset",
-    "Memset": "gpu_memset",
-    "cuda_sync": "cuda_sync",
-}
-_CPU_CATS = {
-    "cpu_op": "op",
-    "Operator": "op",
-    "user_annotation": "annotation",
-    "cuda_runtime": "runtime",
-    "cuda_driver": "runtime",
-    "Runtime": "runtime",
-}
 _STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
-_DTYPE_BYTES = {
-    "float": 4, "float32": 4, "int": 4, "int32": 4, "uint32": 4, "double": 8, "float64": 8, "long": 8,
-    "int64": 8, "uint64": 8, "half": 2, "float16": 2, "bfloat16": 2, "short": 2, "int16": 2,
-    "byte": 1, "char": 1, "int8": 1, "uint8": 1, "bool": 1, "float8_e4m3fn": 1, "float8_e5m2": 1,
-    "float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1,
-}
-
-
-def dtype_size(dtype: str | None) -> int | None:
-    if not dtype:
-        return None
-    return _DTYPE_BYTES.get(str(dtype).lower().replace("torch.", ""))
 
 
 def decode(path: Path) -> _Trace:
@@ -309,152 +266,6 @@ class _Selection:
         except _NeedsText:
             return None
         return gpu, cpu, comm, steps
-
-
-class _NeedsText(Exception):
-    """A timestamp the number path cannot convert exactly."""
-
-
-_Times = Callable[[list[Any], list[Any]], tuple[pl.Series, pl.Series]]
-
-
-# ----------------------------------------------------------------------------- tables
-
-
-def _int_series(values: list[Any]) -> pl.Series:
-    return pl.Series(values, dtype=pl.Int64, strict=False)
-
-
-def _text_times(ts: list[msgspec.Raw], dur: list[msgspec.Raw]) -> tuple[pl.Series, pl.Series]:
-    start = us_text_to_ns(pl.Series([bytes(t) for t in ts], dtype=pl.Binary))
-    length = us_text_to_ns(pl.Series([bytes(d) for d in dur], dtype=pl.Binary)).fill_null(0)
-    return start, start + length
-
-
-def _numbers(values: list[Any]) -> pl.Series:
-    # a JSON string where a number belongs is null, as on the text path
-    clean = [v if type(v) is not str else None for v in values]
-    out = us_numbers_to_ns(clean)
-    if out is None:
-        raise _NeedsText
-    return out
-
-
-def _number_times(ts: list[Any], dur: list[Any]) -> tuple[pl.Series, pl.Series]:
-    start = _numbers(ts)
-    length = _numbers(dur).fill_null(0)
-    return start, start + length
-
-
-def _gpu_table(sel: list[Any], rank: int, times: _Times) -> pl.DataFrame:
-    if not sel:
-        return conform(pl.DataFrame(), GPU_SCHEMA)
-    start, end = times([e.ts for e in sel], [e.dur for e in sel])
-    args = [e.args or _NO_ARGS for e in sel]
-    df = pl.DataFrame(
-        {
-            "device": _int_series([a.device if a.device is not None else e.pid for a, e in zip(args, sel)]),
-            "stream": _int_series([a.stream if a.stream is not None else e.tid for a, e in zip(args, sel)]),
-            "start_ns": start,
-            "end_ns": end,
-            "name": pl.Series([str(e.name) for e in sel], dtype=pl.Utf8),
-            "cat": pl.Series([_GPU_CATS[e.cat] for e in sel], dtype=pl.Utf8),
-            "correlation": _int_series([a.correlation for a in args]),
-        }
-    )
-    df = df.filter(pl.col("start_ns").is_not_null()).with_columns(
-        pl.lit(rank).alias("rank"), gpu_kind(pl.col("cat"), pl.col("name")).alias("kind")
-    )
-    return conform(df, GPU_SCHEMA).sort("start_ns")
-
-
-_NO_ARGS = _Args()
-
-
-def _cpu_table(sel: list[Any], rank: int, times: _Times) -> pl.DataFrame:
-    if not sel:
-        return conform(pl.DataFrame(), CPU_SCHEMA)
-    start, end = times([e.ts for e in sel], [e.dur for e in sel])
-    args = [e.args or _NO_ARGS for e in sel]
-    df = pl.DataFrame(
-        {
-            "tid": _int_series([e.tid for e in sel]),
-            "start_ns": start,
-            "end_ns": end,
-            "name": pl.Series([str(e.name) for e in sel], dtype=pl.Utf8),
-            "kind": pl.Series([_CPU_CATS[e.cat] for e in sel], dtype=pl.Utf8),
-            "correlation": _int_series([a.correlation for a in args]),
-            "external_id": _int_series(
-                [a.external_id if a.external_id is not None else a.external_id_old for a in args]
-            ),
-        }
-    )
-    df = df.filter(pl.col("start_ns").is_not_null()).with_columns(pl.lit(rank).alias("rank"))
-    return conform(df, CPU_SCHEMA).sort("start_ns")
-
-
-def _ranks_text(value: Any) -> str | None:
-    if value is None:
-        return None
-    if isinstance(value, list):
-        return ",".join(str(int(v)) for v in value)
-    nums = re.findall(r"-?\d+", str(value))
-    return ",".join(nums) if nums else None
-
-
-def _as_int(value: Any) -> int | None:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None
-
-
-def _comm_calls(sel: list[Any], rank: int, times: _Times) -> pl.DataFrame:
-    if not sel:
-        return conform(pl.DataFrame(), COMM_CALL_SCHEMA)
-    start, end = times([e.ts for e in sel], [e.dur for e in sel])
-    rows: dict[str, list[Any]] = {k: [] for k in ("op", "pg", "pg_desc", "dtype", "in_bytes", "out_bytes",
-                                                  "group_size", "group_ranks")}
-    for e in sel:
-        a = e.args
-        size = dtype_size(a.dtype)
-        n_in, n_out = _as_int(a.in_nelems), _as_int(a.out_nelems)
-        rows["op"].append(op_from_collective_name(str(a.collective)) if a.collective else None)
-        rows["pg"].append(str(a.pg_name) if a.pg_name is not None else None)
-        rows["pg_desc"].append(str(a.pg_desc) if a.pg_desc is not None else None)
-        rows["dtype"].append(str(a.dtype) if a.dtype is not None else None)
-        rows["in_bytes"].append(n_in * size if size and n_in is not None else None)
-        rows["out_bytes"].append(n_out * size if size and n_out is not None else None)
-        rows["group_size"].append(_as_int(a.group_size))
-        rows["group_ranks"].append(_ranks_text(a.pg_ranks))
-    df = pl.DataFrame(
-        {"tid": _int_series([e.tid for e in sel]), "start_ns": start, "end_ns": end, **rows},
-        schema_overrides={"in_bytes": pl.Int64, "out_bytes": pl.Int64, "group_size": pl.Int32},
-        strict=False,
-    ).with_columns(pl.lit(rank).alias("rank"))
-    return conform(df, COMM_CALL_SCHEMA).sort("start_ns")
-
-
-def _steps(gpu_sel: list[Any], cpu_sel: list[Any], rank: int, times: _Times) -> tuple[pl.DataFrame, bool]:
-    """Step windows; GPU-side annotations (gpu_user_annotation) are preferred when present."""
-    for sel, on_gpu in ((gpu_sel, True), (cpu_sel, False)):
-        if sel:
-            start, end = times([e.ts for e in sel], [e.dur for e in sel])
-            df = pl.DataFrame(
-                {"step": [_step_number(str(e.name), i) for i, e in enumerate(sel)], "start_ns": start, "end_ns": end}
-            )
-            df = (
-                df.group_by("step")
-                .agg(pl.col("start_ns").min(), pl.col("end_ns").max())
-                .with_columns(pl.lit(rank).alias("rank"))
-            )
-            return conform(df, STEP_SCHEMA).sort("start_ns"), on_gpu
-    return conform(pl.DataFrame(), STEP_SCHEMA), False
-
-
-def _step_number(name: str, ordinal: int) -> int:
-    m = re.search(r"(\d+)", name)
-    return int(m.group(1)) if m else ordinal
 
 
 # ----------------------------------------------------------------------------- metadata

@@ -28,26 +28,16 @@ def render(a: Analysis, width: int = 140, color: bool = False, show_steps: bool 
     for line in headline(a):
         con.print(line)
     con.print()
-    t = Table(title="Per rank (whole captured window; step time over profiled steps)", title_justify="left")
-    cols = [("rank", "rank"), ("steps", "steps"), ("step_time_mean_ms", "step ms"), ("compute_ms", "compute ms"),
-            ("comm_ms", "comm ms"), ("overlap_pct", "overlap %"), ("exposed_comm_ms", "exposed ms"),
-            ("exposed_wait_ms", "  of it wait"), ("exposed_transfer_ms", "  transfer"), ("idle_ms", "idle ms"),
-            ("wait_ms", "wait ms"), ("caused_wait_ms", "caused ms"), ("last_arrival_pct", "last %")]
-    for _, label in cols:
-        t.add_column(label, justify="right")
-    for row in a.ranks.to_dicts():
-        t.add_row(*[_f(row.get(k)) for k, _ in cols])
-    con.print(t)
+    rank_cols = [("rank", "rank"), ("steps", "steps"), ("step_time_mean_ms", "step ms"), ("compute_ms", "compute ms"),
+                 ("comm_ms", "comm ms"), ("overlap_pct", "overlap %"), ("exposed_comm_ms", "exposed ms"),
+                 ("exposed_wait_ms", "  of it wait"), ("exposed_transfer_ms", "  transfer"), ("idle_ms", "idle ms"),
+                 ("wait_ms", "wait ms"), ("caused_wait_ms", "caused ms"), ("last_arrival_pct", "last %")]
+    con.print(_table("Per rank (whole captured window; step time over profiled steps)", rank_cols, a.ranks.to_dicts()))
     if show_steps and a.steps.height:
-        st = Table(title="Per step", title_justify="left")
-        scols = [("rank", "rank"), ("step", "step"), ("span_ms", "span ms"), ("compute_ms", "compute ms"),
-                 ("comm_ms", "comm ms"), ("exposed_comm_ms", "exposed ms"), ("exposed_wait_ms", "  of it wait"),
-                 ("idle_ms", "idle ms"), ("wait_ms", "wait ms"), ("caused_wait_ms", "caused ms")]
-        for _, label in scols:
-            st.add_column(label, justify="right")
-        for row in a.steps.to_dicts():
-            st.add_row(*[_f(row.get(k)) for k, _ in scols])
-        con.print(st)
+        step_cols = [("rank", "rank"), ("step", "step"), ("span_ms", "span ms"), ("compute_ms", "compute ms"),
+                     ("comm_ms", "comm ms"), ("exposed_comm_ms", "exposed ms"), ("exposed_wait_ms", "  of it wait"),
+                     ("idle_ms", "idle ms"), ("wait_ms", "wait ms"), ("caused_wait_ms", "caused ms")]
+        con.print(_table("Per step", step_cols, a.steps.to_dicts()))
     if a.collectives.height:
         top = a.collectives.sort("total_wait_ms", descending=True, nulls_last=True).head(10)
         ct = Table(title="Collectives with the most waiting", title_justify="left")
@@ -73,6 +63,15 @@ def render(a: Analysis, width: int = 140, color: bool = False, show_steps: bool 
     for w in a.warnings:
         con.print(f"[yellow]warning:[/yellow] {w}")
     return buf.getvalue()
+
+
+def _table(title: str, cols: list[tuple[str, str]], rows: list[dict]) -> Table:
+    t = Table(title=title, title_justify="left")
+    for _, label in cols:
+        t.add_column(label, justify="right")
+    for row in rows:
+        t.add_row(*[_f(row.get(k)) for k, _ in cols])
+    return t
 
 
 def _size(n: int | None) -> str:
