@@ -17,6 +17,8 @@ MIN_CAUSED_SHARE = 0.5  # of all wait caused by anyone
 MAX_P_VALUE = 0.01
 MAX_STEP_P_VALUE = 0.05
 DOMINANT_SHARE = 0.8
+COMPUTE_SHARE = 0.25  # extra compute vs peers, as a share of the lateness, that makes a compute straggler
+IDLE_SHARE = 0.3  # GPU idle during the lateness windows that makes a host straggler
 MIN_WAIT_SHARE_OF_COMM = 0.05  # the waiting must be a visible part of the others' communication time
 
 
@@ -30,8 +32,8 @@ class Verdict:
     last_arrival_pct: float
     steps_last: int
     steps_seen: int
-    idle_before_ns: float  # GPU idle while the others already waited, summed over its late instances
-    compute_before_ns: float  # likewise, GPU computing
+    idle_before_ns: float  # GPU idle while the others already waited (union of its lateness windows)
+    compute_before_ns: float  # compute it ran beyond its peers' median (whole window)
     instances_last: int
 
 
@@ -101,14 +103,16 @@ def verdict(rank_order: pl.DataFrame, comm_ns: dict[int, float], causes: dict[in
         return None
     cause = causes.get(top["rank"], {})
     late = cause.get("late_ns", 0.0)
-    idle, compute = cause.get("idle_ns", 0.0), cause.get("compute_ns", 0.0)
-    # the GPU may also run other collectives meanwhile; what matters is computing versus doing nothing
-    if late <= 0 or max(idle, compute) <= 0:
+    idle, excess = cause.get("idle_ns", 0.0), cause.get("excess_compute_ns", 0.0)
+    # compute straggler: it ran markedly more compute than its peers, enough to explain a good part of
+    # its lateness; host straggler: it computed no more, and its GPU sat idle while the others waited
+    # (the GPU may run other collectives meanwhile, so idle need not cover all of the lateness)
+    if late <= 0:
         kind = "unknown"
-    elif idle >= 2 * compute:
-        kind = "host"
-    elif compute >= 2 * idle:
+    elif excess >= COMPUTE_SHARE * late:
         kind = "compute"
+    elif idle >= IDLE_SHARE * late:
+        kind = "host"
     else:
         kind = "unknown"
     return Verdict(
@@ -121,6 +125,6 @@ def verdict(rank_order: pl.DataFrame, comm_ns: dict[int, float], causes: dict[in
         steps_last=int(top["steps_last"]),
         steps_seen=int(steps_seen),
         idle_before_ns=idle,
-        compute_before_ns=compute,
+        compute_before_ns=excess,
         instances_last=int(top["last_count"]),
     )

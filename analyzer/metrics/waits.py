@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from ..timeline import Coverage
 from .overlap import RankCoverage
 
 
@@ -138,27 +139,34 @@ def exposed_split(rows: pl.DataFrame, covs: dict[int, RankCoverage], windows: pl
 
 
 def lateness_cause(rows: pl.DataFrame, covs: dict[int, RankCoverage], rank: int) -> dict[str, float]:
-    """What the late rank's GPU did while the others already waited: compute or nothing (host)."""
-    late = rows.filter(pl.col("last_rank") == rank)
+    """What the late rank's GPU did while the others already waited: compute or nothing (host).
+
+    Its lateness windows [start − L, start] (L: the longest wait it caused in that instance) overlap
+    when several collectives of a step wait for it, so they are measured as one union. The extra
+    compute it ran compared with its peers (whole window) tells a compute straggler apart: a host
+    straggler's GPU sits idle in those windows and computes no more than anyone else.
+    """
     lateness = (
         rows.filter((pl.col("last_rank") == rank) & (pl.col("rank") != rank))
         .group_by("instance").agg(pl.col("wait_ns").max().alias("L"))
     )
-    mine = late.filter(pl.col("rank") == rank).join(lateness, on="instance")
+    mine = rows.filter((pl.col("last_rank") == rank) & (pl.col("rank") == rank)).join(lateness, on="instance")
     cov = covs.get(rank)
     if cov is None or mine.height == 0:
-        return {"late_ns": 0.0, "compute_ns": 0.0, "idle_ns": 0.0, "comm_ns": 0.0}
+        return {"late_ns": 0.0, "compute_ns": 0.0, "idle_ns": 0.0, "excess_compute_ns": 0.0, "steps": 0.0}
     s = mine["start_ns"].to_numpy()
-    lat = mine["L"].to_numpy()
-    a = s - lat
-    busy = cov.busy.within(a, s)
-    compute = cov.compute.within(a, s)
-    comm = cov.comm.within(a, s)
+    windows = Coverage.of(s - mine["L"].to_numpy(), s)
+    a, b = windows.starts, windows.ends
+    union = float((b - a).sum())
+    # how late it was: per step, the longest wait it caused (the step's collectives wait for the same delay)
+    late = float(mine.group_by("step").agg(pl.col("L").max())["L"].sum())
+    busy = float(cov.busy.within(a, b).sum())
+    peers = [c.compute.total for r, c in covs.items() if r != rank]
+    excess = cov.compute.total - float(np.median(peers)) if peers else 0.0
     return {
-        "late_ns": float(lat.sum()),
-        "compute_ns": float(compute.sum()),
-        "idle_ns": float((lat - busy).sum()),
-        "comm_ns": float(comm.sum()),
-        "instances": float(mine.height),
-        "idle_per_instance_ns": float((lat - busy).mean()),
+        "late_ns": late,
+        "compute_ns": float(cov.compute.within(a, b).sum()),
+        "idle_ns": union - busy,
+        "excess_compute_ns": max(excess, 0.0),
+        "steps": float(mine["step"].n_unique()),
     }

@@ -16,8 +16,8 @@ def headline(a: Analysis) -> list[str]:
         cause = {
             "host": f"host-bound: its GPU sat idle {v.idle_before_ns / 1e6 / max(v.steps_last, 1):,.1f} ms per step "
                     "while the others already waited",
-            "compute": f"compute-bound: its GPU was computing {v.compute_before_ns / 1e6:,.1f} ms "
-                       "while the others already waited",
+            "compute": f"compute-bound: it ran {v.compute_before_ns / 1e6 / max(v.steps_seen, 1):,.1f} ms more compute "
+                       "per step than its peers",
             "unknown": "cause unclear: its GPU was neither mostly idle nor mostly computing before the late collectives",
         }[v.kind]
         pattern = "chronic" if v.chronic else "transient"
