@@ -24,7 +24,7 @@ def headline(a: Analysis) -> list[str]:
         steps = f" over {v.steps_last} of {v.steps_seen} steps" if v.steps_seen else ""
         lines.append(f"Straggler: rank {v.rank} made the others wait {v.caused_wait_ns / 1e6:,.1f} ms{steps} "
                      f"({cause}; {pattern}).")
-    elif a.ranking.height:
+    elif a.matching.get("instances"):
         lines.append("No straggler: the wait the ranks cause each other is spread evenly.")
     r = a.ranks
     if r.height:
