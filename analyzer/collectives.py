@@ -13,21 +13,8 @@ import polars as pl
 from .model import COLLECTIVE_SCHEMA, ProcessGroup, conform
 from .timeline import op_from_kernel_name
 
+
 # nccl-tests bus-bandwidth factors: busbw = algbw * factor(op, n)
-_BUS_FACTOR = {
-    "all_reduce": lambda n: 2.0 * (n - 1) / n,
-    "all_gather": lambda n: (n - 1) / n,
-    "reduce_scatter": lambda n: (n - 1) / n,
-    "all_to_all": lambda n: (n - 1) / n,
-}
-
-
-def bus_factor(op: str | None, n: int | None) -> float:
-    if not n or n < 1 or op not in _BUS_FACTOR:
-        return 1.0
-    return _BUS_FACTOR[op](n)
-
-
 def bus_factor_expr(op: pl.Expr, n: pl.Expr) -> pl.Expr:
     nf = n.cast(pl.Float64)
     return (

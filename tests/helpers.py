@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 from analyzer.analysis import Analysis, analyze
 from analyzer.loader import LoadOptions, load
 from analyzer.report.json import to_dict
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def run(paths: list[Path] | Path, **opts) -> Analysis:
@@ -17,3 +21,9 @@ def run(paths: list[Path] | Path, **opts) -> Analysis:
 
 def report(paths: list[Path] | Path, **opts) -> dict:
     return to_dict(run(paths, **opts))
+
+
+def cli(*args: str | Path) -> subprocess.CompletedProcess:
+    """The real command in a subprocess, from the repository root."""
+    return subprocess.run([sys.executable, "-m", "analyzer.cli", *map(str, args)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)

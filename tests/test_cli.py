@@ -7,19 +7,14 @@ import hashlib
 import json
 import random
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import SAMPLES
+from tests.helpers import cli
 
 HYBRID = SAMPLES / "gpu_h200" / "hybrid_tp_dp"
-
-
-def cli(*args: str, env_cache: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "analyzer.cli", *args], capture_output=True, text=True, timeout=300)
 
 
 def _digest(folder: Path) -> dict[str, str]:

@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 import xml.etree.ElementTree as ET
 from dataclasses import replace
 from pathlib import Path
@@ -20,17 +17,13 @@ from analyzer.compare import compare, mann_whitney_p
 from analyzer.errors import UsageError
 from analyzer.loader import LoadOptions, load
 from sample_traces.generate import Scenario, build, write_kineto
+from tests.helpers import cli
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
 STEPS = 8  # enough repeated measurements for the exact test to reach 95% (4 per side is the minimum)
 COMPUTE = (300_000, 250_000, 200_000, 150_000)
 LATE_NS = 300_000
-
-
-def cli(*args: str | Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "analyzer.cli", *map(str, args)], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300, env=os.environ.copy())
 
 
 @pytest.fixture(scope="module")

@@ -2,27 +2,20 @@
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from sample_traces.generate import Scenario, build, write_kineto
+from tests.helpers import cli
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "sample_traces" / "gpu_h200" / "hybrid_tp_dp"  # real 4-rank H200 run, rank 3 a host straggler
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--no-first-run"]
-
-
-def cli(*args: str | Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "analyzer.cli", *map(str, args)], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300, env=os.environ.copy())
 
 
 @pytest.fixture(scope="module")

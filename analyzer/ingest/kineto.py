@@ -141,11 +141,6 @@ def _file_bytes(path: Path) -> bytes:
     return read_bytes(path)
 
 
-def looks_like(path: Path, head: bytes) -> bool:
-    text = head.lstrip()
-    return text[:1] in (b"{", b"[") or head[:2] == b"\x1f\x8b"
-
-
 def read(path: Path, options: ReadOptions) -> list[RankTrace]:
     return read_tables(path, options)
 
