@@ -3,16 +3,23 @@
 Profiler JSON is huge and mostly noise, so events are decoded with msgspec into small typed
 structs that keep only the fields the analysis reads, and converted to int64 nanoseconds exactly.
 
-Fast path (see benchmarks/README.md): ``ts``/``dur`` decode as numbers (exact below 2^43 µs, which
-covers PyTorch >= 2.4's relative float µs and integer epoch µs); the event array is decoded in chunks
-so only the selected events stay alive. Anything else -- a float timestamp past 2^43 µs, a chunk that
-does not split cleanly, a type surprise -- falls back to the original path, which keeps timestamps
-as raw JSON text (``us_text_to_ns``), so both paths give the same tables.
+Three paths, fastest first, each falling back to the next (see benchmarks/README.md):
+
+1. Scan: msgspec validates the whole document, then a byte scan finds the few events any table
+   reads (by their ``"cat"`` value, or ``record_param_comms``/``ProfilerStep#`` in the text) and only
+   those are decoded. Noise events (python_function, cpu_op: ~90% of a trace) never become objects.
+2. Chunks: the event array is decoded in chunks into small structs and selected in Python.
+3. Exact: the whole document with timestamps kept as raw JSON text (``us_text_to_ns``).
+
+Paths 1-2 decode ``ts``/``dur`` as numbers (exact below 2^43 µs, which covers PyTorch >= 2.4's relative
+float µs and integer epoch µs); a float past that, a chunk or event that does not split cleanly, or a
+type surprise sends the file down the exact path, so all paths give the same tables (tested).
 """
 
 from __future__ import annotations
 
 import gc
+import mmap
 import re
 from pathlib import Path
 from typing import Any
@@ -46,6 +53,7 @@ except ImportError:  # pragma: no cover - depends on the environment
     _fast_zlib = None
 
 _EMPTY = msgspec.Raw(b"")
+Buffer = bytes | mmap.mmap  # a whole document: inflated bytes, or a plain file mapped read-only
 
 
 class _RawEvent(msgspec.Struct, gc=False):
@@ -104,7 +112,7 @@ def decode(path: Path) -> _Trace:
     return _decode_with(_DECODER, read_bytes(path), path)
 
 
-def _decode_with(decoder: msgspec.json.Decoder, data: bytes, path: Path) -> Any:
+def _decode_with(decoder: msgspec.json.Decoder, data: Buffer, path: Path) -> Any:
     try:
         return decoder.decode(data)
     except msgspec.ValidationError as exc:
@@ -119,13 +127,17 @@ def _decode_with(decoder: msgspec.json.Decoder, data: bytes, path: Path) -> Any:
         ) from None
 
 
-def _file_bytes(path: Path) -> bytes:
-    """Like ``source.read_bytes`` but inflates gzip with igzip when available (same errors via fallback)."""
-    if _fast_zlib is not None:
-        try:
-            with open(path, "rb") as fh:
+def _file_bytes(path: Path) -> Buffer:
+    """The document: plain files are memory-mapped (no copy: the scan reads the page cache directly),
+    gzip is inflated with igzip when available. Any trouble: ``source.read_bytes`` reads it and words
+    the error."""
+    try:
+        with open(path, "rb") as fh:
+            if fh.read(2) != GZIP_MAGIC:
+                return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+            if _fast_zlib is not None:
+                fh.seek(0)
                 data = fh.read()
-            if data[:2] == GZIP_MAGIC:
                 out = []
                 while data[:2] == GZIP_MAGIC:
                     d = _fast_zlib.decompressobj(wbits=31)
@@ -134,10 +146,10 @@ def _file_bytes(path: Path) -> bytes:
                         raise EOFError
                     data = d.unused_data
                 data = b"".join(out)
-            if data:
-                return data
-        except Exception:  # noqa: BLE001 - any trouble: let source.read_bytes read it and word the error
-            pass
+                if data:
+                    return data
+    except Exception:  # noqa: BLE001 - any trouble (empty file: mmap refuses): read_bytes words the error
+        pass
     return read_bytes(path)
 
 
@@ -148,7 +160,9 @@ def read(path: Path, options: ReadOptions) -> list[RankTrace]:
 def read_tables(path: Path, options: ReadOptions, cpu_ops: bool = True) -> list[RankTrace]:
     """``read``; ``cpu_ops=False`` leaves ``cpu_op`` rows out of the ``cpu`` table (the loader drops them anyway)."""
     data = _file_bytes(path)
-    sel = _fast_select(data, options, cpu_ops)
+    sel = _scan_select(data, options, cpu_ops)
+    if sel is None:
+        sel = _fast_select(data, options, cpu_ops)
     if sel is None:  # exact text path: same selection over raw-timestamp events
         trace = _decode_with(_DECODER, data, path)
         del data
@@ -182,7 +196,95 @@ def _rank_trace(path: Path, meta: RankMeta, tables: Any) -> RankTrace:
     return RankTrace(meta=meta, gpu=gpu, cpu=cpu, comm_calls=comm_calls, steps=steps, steps_on_gpu=on_gpu)
 
 
-def _fast_select(data: bytes, options: ReadOptions, cpu_ops: bool) -> _Selection | None:
+# Categories some table reads (plus gpu_user_annotation, which carries GPU-side step markers).
+_SCAN_CATS = (*_GPU_CATS, *(c for c, kind in _CPU_CATS.items() if kind != "op"), "gpu_user_annotation")
+_SCAN_NAMES = (b"record_param_comms", b"ProfilerStep#")  # cpu_op events some table reads, by name
+_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*')
+_EVENT_END = re.compile(rb"\}\s*[,\]]")
+_EVENT = msgspec.json.Decoder(_Event)
+
+
+def _cat_pattern(cats: tuple[str, ...]) -> re.Pattern[bytes]:
+    # '"cat"' is a literal prefix, so re skips ahead with a fast search; a '"' inside a JSON string is
+    # escaped, so '"cat"' followed by ':' is always a key, never string content
+    alts = "|".join(re.escape(c) for c in sorted(set(cats), key=len, reverse=True))
+    return re.compile(rf'"cat"\s*:\s*"(?:{alts})"'.encode())
+
+
+_SCAN = _cat_pattern(_SCAN_CATS)
+_SCAN_WITH_OPS = _cat_pattern((*_SCAN_CATS, *_CPU_CATS))
+
+
+def _scan_select(data: Buffer, options: ReadOptions, cpu_ops: bool) -> _Selection | None:
+    """Find and decode only the events some table reads; None: use the chunked path.
+
+    msgspec first decodes the header, which validates every byte of the document (a truncated or
+    corrupt file fails here and is worded by the exact path). Candidates are a superset of what
+    ``_Selection.feed`` keeps, as long as category values and the two names are written literally
+    (no \\u escapes), which every profiler does; feed then applies the same rules as the other paths.
+    """
+    if options.step_marker:  # a custom marker can match any name: no literal to scan for
+        return None
+    try:
+        header = _HEADER.decode(data)
+    except (msgspec.MsgspecError, UnicodeDecodeError):
+        return None
+    n = len(memoryview(header.traceEvents))
+    key = _EVENTS_KEY.search(data)
+    if key is None or n < 2:
+        return None
+    lo, hi = key.end(), key.end() + n - 1  # the array's '[' and ']'
+    if data[lo : lo + 1] != b"[" or data[hi : hi + 1] != b"]" or memoryview(header.traceEvents)[:1] != b"[":
+        return None
+    header.traceEvents = _EMPTY
+    hits = [m.start() for m in (_SCAN_WITH_OPS if cpu_ops else _SCAN).finditer(data, lo, hi)]
+    for name in _SCAN_NAMES:
+        at = data.find(name, lo, hi)
+        while at >= 0:
+            hits.append(at)
+            at = data.find(name, at + len(name), hi)
+    found: dict[int, _Event] = {}
+    for at in hits:
+        got = _object_around(data, at, lo, hi + 1)
+        if got is None:
+            return None
+        found[got[0]] = got[1]  # an event hit by its category and its name is kept once
+    sel = _Selection(header, options, cpu_ops)
+    sel.feed([found[s] for s in sorted(found)])  # file order, as the other paths
+    return sel
+
+
+def _object_around(data: Buffer, at: int, lo: int, stop: int, tries: int = 64) -> tuple[int, _Event] | None:
+    """(start, decoded) of the innermost JSON object enclosing position ``at``; None: not found in ``tries``.
+
+    Candidates start at a '{' before ``at`` (nearest first) and end at a '}' followed by ',' or ']'
+    after it. A slice that decodes is exactly one complete object that spans ``at``: a '{' inside a
+    string, or one whose object closes before ``at``, leaves invalid or trailing text, and an end
+    inside a string or a nested object leaves the input truncated. So a wrong guess can only fail,
+    never decode into the wrong event. Kernel names hold '}, ' (``{lambda(float)#1}, std::array``), so
+    a first end can be early; a key order with ``args`` before ``cat`` makes a first start wrong.
+    """
+    start = at
+    while tries > 0:
+        start = data.rfind(b"{", lo, start)
+        if start < 0:
+            return None
+        pos = at
+        while tries > 0:
+            tries -= 1
+            m = _EVENT_END.search(data, pos, stop)
+            if m is None:
+                break
+            try:
+                return start, _EVENT.decode(data[start : m.start() + 1])
+            except (msgspec.MsgspecError, UnicodeDecodeError) as exc:
+                if "truncated" not in str(exc):  # this start is wrong: try the '{' before it
+                    break
+                pos = m.start() + 1  # this end is early: try the next one
+    return None
+
+
+def _fast_select(data: Buffer, options: ReadOptions, cpu_ops: bool) -> _Selection | None:
     """Decode the event array in chunks split at event boundaries; None: use the exact path.
 
     A split inside a string or a nested object leaves a chunk that is not valid JSON, so a wrong

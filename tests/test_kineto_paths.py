@@ -1,0 +1,142 @@
+"""The three Kineto decode paths (scan, chunks, exact text) give identical tables on every layout.
+
+The scan path decodes only the events it finds by a byte scan; these tests rewrite one generated
+trace in layouts a JSON writer may produce (compact, indented, sorted keys, odd spacing) and plant
+the text that could fool a byte scan (kernel names holding '}, {', record_param_comms inside another
+event's args, a nested "cat" key, cpu_op step markers), then require all paths to agree.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from polars.testing import assert_frame_equal
+
+from analyzer.errors import TraceError
+from analyzer.ingest import kineto
+from analyzer.ingest.options import ReadOptions
+from analyzer.model import RankTrace
+from sample_traces.generate import Scenario, build, kineto_text
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
+SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
+TABLES = ("gpu", "cpu", "comm_calls", "steps")
+
+# Layouts: (json.dumps keyword arguments, must the scan path handle it without falling back?)
+LAYOUTS = {
+    "compact": ({"separators": (",", ":")}, True),
+    "indented": ({"indent": 2}, True),
+    "spaced": ({"separators": (" , ", " : ")}, True),
+    "sorted_keys": ({"sort_keys": True}, True),  # args before cat: the nearest '{' is args'
+    "sorted_indented": ({"sort_keys": True, "indent": 1}, True),
+}
+
+
+def _doc(tricky: bool) -> dict:
+    # host-side steps when tricky, so the planted cpu_op ProfilerStep#99 must reach the steps table
+    sc = Scenario(ranks=2, steps=3, python_noise=5, gpu_step_annotations=not tricky)
+    doc = json.loads(kineto_text(build(sc), 0))
+    if not tricky:
+        return doc
+    events = doc["traceEvents"]
+    kernels = [e for e in events if e.get("cat") == "kernel"]
+    kernels[0]["name"] = "void at::native::f<{lambda(float)#1}, {x}, std::array<char*, 2ul> >(int)"
+    kernels[1]["name"] = 'g<"}, {">'  # an escaped quote and a fake separator inside a name
+    t0 = kernels[0]["ts"]
+    events += [
+        # text of a kept event inside other events: must not add or hide anything
+        {"ph": "X", "cat": "python_function", "name": "wrap", "pid": 1, "tid": 1, "ts": t0, "dur": 1.0,
+         "args": {"note": "record_param_comms ProfilerStep#9", "cat": "kernel"}},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "ts": t0, "dur": 1.0,
+         "args": {"inner": {"cat": "kernel", "ph": "X", "ts": 5, "dur": 5}}},
+        # an old-style (cpu_op) step marker and a kept category with a nested object before "cat"
+        {"ph": "X", "cat": "cpu_op", "name": "ProfilerStep#99", "pid": 1, "tid": 1, "ts": t0 + 1, "dur": 2.0},
+        {"args": {"device": 0, "stream": 7, "correlation": 1}, "ph": "X", "cat": "kernel", "name": "late_args",
+         "pid": 0, "tid": 7, "ts": t0 + 2, "dur": 3.0},
+    ]
+    return doc
+
+
+def _paths(path: Path) -> dict[str, RankTrace]:
+    data = kineto._file_bytes(path)
+    opts = ReadOptions()
+    out = {}
+    for name, select in (("scan", kineto._scan_select), ("chunks", kineto._fast_select)):
+        kineto._CHUNK_BYTES, saved = 2048, kineto._CHUNK_BYTES  # many chunks
+        try:
+            sel = select(data, opts, False)
+        finally:
+            kineto._CHUNK_BYTES = saved
+        if sel is not None:
+            tables = sel.tables(kineto._number_times)
+            if tables is not None:
+                out[name] = kineto._rank_trace(path, kineto._rank_meta(path, sel.header, opts), tables)
+    (out["exact"],) = kineto.read_tables_exact(path, opts, cpu_ops=False)
+    return out
+
+
+def _assert_same(traces: dict[str, RankTrace]) -> None:
+    ref = traces["exact"]
+    for name, t in traces.items():
+        assert t.meta == ref.meta and t.steps_on_gpu == ref.steps_on_gpu, name
+        for table in TABLES:
+            assert_frame_equal(getattr(t, table), getattr(ref, table), check_row_order=True), (name, table)
+
+
+@pytest.mark.parametrize("tricky", [False, True])
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_all_paths_agree_on_every_layout(tmp_path: Path, layout: str, tricky: bool) -> None:
+    kwargs, scans = LAYOUTS[layout]
+    path = tmp_path / "rank0.json"
+    path.write_text(json.dumps(_doc(tricky), **kwargs))
+    traces = _paths(path)
+    if scans:
+        assert "scan" in traces, "the scan path fell back"
+    assert "chunks" in traces
+    _assert_same(traces)
+    if tricky:
+        gpu = traces["exact"].gpu
+        assert "late_args" in gpu["name"].to_list()
+        assert gpu["name"].str.contains("lambda").sum() == 1
+        assert 99 in traces["exact"].steps["step"].to_list()
+
+
+@pytest.mark.parametrize("style", ["float", "int"])
+def test_all_paths_agree_on_timestamp_styles_gzipped(tmp_path: Path, style: str) -> None:
+    from sample_traces.generate import write_kineto
+
+    (path, *_) = write_kineto(build(Scenario(ranks=2, steps=3, ts_style=style, python_noise=20)), tmp_path, gzip=True)
+    traces = _paths(path)
+    assert {"scan", "chunks", "exact"} <= set(traces)
+    _assert_same(traces)
+
+
+def test_read_uses_the_scan_path_and_matches_exact(tmp_path: Path) -> None:
+    path = tmp_path / "rank0.json"
+    path.write_text(json.dumps(_doc(True)))
+    (t,) = kineto.read_tables(path, ReadOptions(), cpu_ops=False)
+    _assert_same({"read": t, "exact": kineto.read_tables_exact(path, ReadOptions(), cpu_ops=False)[0]})
+
+
+def _real_kineto_files() -> list[Path]:
+    files = [p for p in SAMPLES.rglob("rank*.json.gz")]
+    if SHARED.is_dir():
+        files += [p for p in SHARED.rglob("*") if p.name.endswith((".json", ".json.gz"))]
+    return sorted(files)
+
+
+@pytest.mark.parametrize("path", _real_kineto_files(), ids=lambda p: p.name)
+def test_all_paths_agree_on_real_traces(path: Path) -> None:
+    try:
+        kineto.read_tables_exact(path, ReadOptions(), cpu_ops=False)
+    except TraceError as exc:  # answer keys, execution traces, CPU-only ranks: the fast paths say the same
+        with pytest.raises(TraceError) as fast:
+            kineto.read_tables(path, ReadOptions(), cpu_ops=False)
+        assert str(fast.value) == str(exc)
+        return
+    traces = _paths(path)
+    if "gpu_h200" in path.parts and "sample_traces" in path.parts:
+        assert "scan" in traces, "the scan path fell back on a real PyTorch trace"
+    _assert_same(traces)
