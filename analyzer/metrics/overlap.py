@@ -12,7 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from ..timeline import BUSY_KINDS, Coverage
+from ..coverage import Coverage
+from ..timeline import BUSY_KINDS
 
 
 @dataclass(frozen=True)

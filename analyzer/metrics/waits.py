@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from ..timeline import Coverage
+from ..coverage import Coverage
 from .overlap import RankCoverage
 
 
