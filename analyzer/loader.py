@@ -8,7 +8,6 @@ With ``scheduler`` set, ranks are parsed on a Dask cluster into the cache (see `
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -33,6 +32,7 @@ from .model import (
     conform,
 )
 from .timeline import gpu_step_windows
+from .workers import worker_context
 
 
 @dataclass(frozen=True)
@@ -143,7 +143,7 @@ def _read_all(files: list[TraceFile], options: LoadOptions) -> list[list[RankTra
                 done(files[i].path.name)
             return [r for r in results if r is not None]
         # One task per file, at most `jobs` alive: a worker holds one rank's bytes and events at a time.
-        ctx = _worker_context()
+        ctx = worker_context()
         with ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=ctx) as pool:
             futures = {pool.submit(read_one, files[i], opts[i], options.cache): i for i in todo}
             for f in as_completed(futures):
@@ -151,20 +151,6 @@ def _read_all(files: list[TraceFile], options: LoadOptions) -> list[list[RankTra
                 results[i] = f.result()
                 done(files[i].path.name)
         return [r for r in results if r is not None]
-
-
-def _worker_context() -> multiprocessing.context.BaseContext:
-    """Workers forked from a server that imported the readers once.
-
-    Plain fork is unsafe (forking after polars has started its thread pool deadlocks the child) and
-    spawn re-imports polars, pyarrow and msgspec in every worker (~1-2 s each); a forkserver that has
-    only *imported* them forks cheap, clean workers.
-    """
-    if "forkserver" not in multiprocessing.get_all_start_methods():
-        return multiprocessing.get_context("spawn")
-    ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["analyzer.loader", "analyzer.ingest.kineto", "analyzer.ingest.nsys"])
-    return ctx
 
 
 def _settle_ranks(traces: list[RankTrace]) -> tuple[list[RankTrace], list[str]]:
