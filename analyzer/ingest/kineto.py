@@ -243,12 +243,21 @@ def _scan_select(data: Buffer, options: ReadOptions, cpu_ops: bool) -> _Selectio
         while at >= 0:
             hits.append(at)
             at = data.find(name, at + len(name), hi)
-    found: dict[int, _Event] = {}
+    found: dict[int, _Event] = {}  # by start: an event hit by its category and its name is kept once
+    rfind, end, decode = data.rfind, _EVENT_END.search, _EVENT.decode
     for at in hits:
+        # the usual case inline (nearest '{', first end); anything else goes to _object_around
+        start, m = rfind(b"{", lo, at), end(data, at, hi + 1)
+        if start >= 0 and m is not None:
+            try:
+                found[start] = decode(data[start : m.start() + 1])
+                continue
+            except (msgspec.MsgspecError, UnicodeDecodeError):
+                pass
         got = _object_around(data, at, lo, hi + 1)
         if got is None:
             return None
-        found[got[0]] = got[1]  # an event hit by its category and its name is kept once
+        found[got[0]] = got[1]
     sel = _Selection(header, options, cpu_ops)
     sel.feed([found[s] for s in sorted(found)])  # file order, as the other paths
     return sel
