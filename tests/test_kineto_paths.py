@@ -9,6 +9,8 @@ event's args, a nested "cat" key, cpu_op step markers), then require all paths t
 from __future__ import annotations
 
 import json
+import random
+import string
 from pathlib import Path
 
 import pytest
@@ -140,3 +142,41 @@ def test_all_paths_agree_on_real_traces(path: Path) -> None:
     if "gpu_h200" in path.parts and "sample_traces" in path.parts:
         assert "scan" in traces, "the scan path fell back on a real PyTorch trace"
     _assert_same(traces)
+
+
+def _mutate(text: str, rng: random.Random) -> str:
+    """A few edits: letters swapped and whitespace added (valid JSON), or a structural byte dropped."""
+    chars = list(text)
+    for _ in range(rng.randrange(1, 4)):
+        pos = rng.randrange(len(chars))
+        kind = rng.random()
+        if kind < 0.5 and chars[pos].isalpha():
+            chars[pos] = rng.choice(string.ascii_letters)
+        elif kind < 0.8 and chars[pos] in ",:[{":
+            chars[pos] += rng.choice([" ", "\n", "\t "])
+        elif kind >= 0.8:
+            while chars[pos] not in '{}[]",:':
+                pos = (pos + 1) % len(chars)
+            chars[pos] = ""
+    return "".join(chars)
+
+
+def test_fuzzed_documents_read_exactly_like_the_exact_path(tmp_path: Path) -> None:
+    """Whatever the edits, the scan path gives the exact path's tables, or both reject the file."""
+    rng = random.Random(11)
+    text = json.dumps(_doc(True), indent=1)
+    agreed = rejected = 0
+    for i in range(80):
+        path = tmp_path / f"rank{i}.json"
+        path.write_text(_mutate(text, rng))
+        try:
+            (ref,) = kineto.read_tables_exact(path, ReadOptions(), cpu_ops=False)
+        except TraceError:
+            with pytest.raises(TraceError):
+                kineto.read_tables(path, ReadOptions(), cpu_ops=False)
+            rejected += 1
+            continue
+        (got,) = kineto.read_tables(path, ReadOptions(), cpu_ops=False)
+        _assert_same({"read": got, "exact": ref})
+        agreed += 1
+    assert agreed >= 20 and rejected >= 5, (agreed, rejected)  # both outcomes were exercised
