@@ -17,7 +17,7 @@ import pytest
 from polars.testing import assert_frame_equal
 
 from analyzer.errors import TraceError
-from analyzer.ingest import kineto
+from analyzer.ingest import kineto, kineto_scan
 from analyzer.ingest.options import ReadOptions
 from analyzer.model import RankTrace
 from sample_traces.generate import Scenario, build, kineto_text
@@ -65,7 +65,7 @@ def _paths(path: Path) -> dict[str, RankTrace]:
     data = kineto._file_bytes(path)
     opts = ReadOptions()
     out = {}
-    for name, select in (("scan", kineto._scan_select), ("chunks", kineto._fast_select)):
+    for name, select in (("scan", kineto_scan.scan_select), ("chunks", kineto._fast_select)):
         kineto._CHUNK_BYTES, saved = 2048, kineto._CHUNK_BYTES  # many chunks
         try:
             sel = select(data, opts, False)

@@ -29,20 +29,9 @@ import polars as pl
 
 from ..errors import TraceError
 from ..model import ProcessGroup, RankMeta, RankTrace
-from .kineto_tables import (
-    _CPU_CATS,
-    _GPU_CATS,
-    _Args,
-    _as_int,
-    _comm_calls,
-    _cpu_table,
-    _gpu_table,
-    _NeedsText,
-    _number_times,
-    _steps,
-    _text_times,
-    _Times,
-)
+from .kineto_events import _CHUNK_EVENTS, _DECODER, _EMPTY, _HEADER, Buffer, _Header, _Selection, _Trace
+from .kineto_scan import scan_select
+from .kineto_tables import _as_int, _number_times, _text_times
 from .kineto_tables import dtype_size as dtype_size  # re-exported: callers import it from here
 from .options import ReadOptions
 from .source import GZIP_MAGIC, read_bytes
@@ -52,59 +41,8 @@ try:  # igzip inflates ~2-3x faster than zlib; optional
 except ImportError:  # pragma: no cover - depends on the environment
     _fast_zlib = None
 
-_EMPTY = msgspec.Raw(b"")
-Buffer = bytes | mmap.mmap  # a whole document: inflated bytes, or a plain file mapped read-only
-
-
-class _RawEvent(msgspec.Struct, gc=False):
-    """Exact path: timestamps as raw JSON text."""
-
-    ph: Any = ""
-    cat: Any = ""
-    name: Any = ""
-    pid: Any = None
-    tid: Any = None
-    ts: msgspec.Raw = _EMPTY
-    dur: msgspec.Raw = _EMPTY
-    args: _Args | None = None
-
-
-class _Event(msgspec.Struct, gc=False):
-    """Fast path: numbers decode ~30% faster than Raw; strings are mapped to null like the text path."""
-
-    ph: Any = ""
-    cat: Any = ""
-    name: Any = ""
-    pid: Any = None
-    tid: Any = None
-    ts: int | float | str | None = None
-    dur: int | float | str | None = None
-    args: _Args | None = None
-
-
-class _Header(msgspec.Struct):
-    traceEvents: msgspec.Raw  # noqa: N815 - Kineto's key; decoded in chunks by _fast_select
-    distributedInfo: Any = None  # noqa: N815
-    baseTimeNanoseconds: Any = None  # noqa: N815
-    deviceProperties: Any = None  # noqa: N815
-    schemaVersion: Any = None  # noqa: N815
-    cuda_runtime_version: Any = None
-    cuda_driver_version: Any = None
-    hip_runtime_version: Any = None
-    host_name: Any = None
-
-
-class _Trace(_Header):
-    traceEvents: list[_RawEvent]  # type: ignore[assignment]  # noqa: N815
-
-
-_DECODER = msgspec.json.Decoder(_Trace)
-_HEADER = msgspec.json.Decoder(_Header)
-_CHUNK = msgspec.json.Decoder(list[_Event])
 _CHUNK_BYTES = 32 << 20  # bounds the live decoded events to ~one chunk's worth
 _SPLIT = re.compile(rb"\}\s*,\s*\{")
-
-_STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
 
 
 def decode(path: Path) -> _Trace:
@@ -160,7 +98,7 @@ def read(path: Path, options: ReadOptions) -> list[RankTrace]:
 def read_tables(path: Path, options: ReadOptions, cpu_ops: bool = True) -> list[RankTrace]:
     """``read``; ``cpu_ops=False`` leaves ``cpu_op`` rows out of the ``cpu`` table (the loader drops them anyway)."""
     data = _file_bytes(path)
-    sel = _scan_select(data, options, cpu_ops)
+    sel = scan_select(data, options, cpu_ops)
     if sel is None:
         sel = _fast_select(data, options, cpu_ops)
     if sel is None:  # exact text path: same selection over raw-timestamp events
@@ -196,103 +134,6 @@ def _rank_trace(path: Path, meta: RankMeta, tables: Any) -> RankTrace:
     return RankTrace(meta=meta, gpu=gpu, cpu=cpu, comm_calls=comm_calls, steps=steps, steps_on_gpu=on_gpu)
 
 
-# Categories some table reads (plus gpu_user_annotation, which carries GPU-side step markers).
-_SCAN_CATS = (*_GPU_CATS, *(c for c, kind in _CPU_CATS.items() if kind != "op"), "gpu_user_annotation")
-_SCAN_NAMES = (b"record_param_comms", b"ProfilerStep#")  # cpu_op events some table reads, by name
-_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*')
-_EVENT_END = re.compile(rb"\}\s*[,\]]")
-_EVENT = msgspec.json.Decoder(_Event)
-
-
-def _cat_pattern(cats: tuple[str, ...]) -> re.Pattern[bytes]:
-    # '"cat"' is a literal prefix, so re skips ahead with a fast search; a '"' inside a JSON string is
-    # escaped, so '"cat"' followed by ':' is always a key, never string content
-    alts = "|".join(re.escape(c) for c in sorted(set(cats), key=len, reverse=True))
-    return re.compile(rf'"cat"\s*:\s*"(?:{alts})"'.encode())
-
-
-_SCAN = _cat_pattern(_SCAN_CATS)
-_SCAN_WITH_OPS = _cat_pattern((*_SCAN_CATS, *_CPU_CATS))
-
-
-def _scan_select(data: Buffer, options: ReadOptions, cpu_ops: bool) -> _Selection | None:
-    """Find and decode only the events some table reads; None: use the chunked path.
-
-    msgspec first decodes the header, which validates every byte of the document (a truncated or
-    corrupt file fails here and is worded by the exact path). Candidates are a superset of what
-    ``_Selection.feed`` keeps, as long as category values and the two names are written literally
-    (no \\u escapes), which every profiler does; feed then applies the same rules as the other paths.
-    """
-    if options.step_marker:  # a custom marker can match any name: no literal to scan for
-        return None
-    try:
-        header = _HEADER.decode(data)
-    except (msgspec.MsgspecError, UnicodeDecodeError):
-        return None
-    n = len(memoryview(header.traceEvents))
-    key = _EVENTS_KEY.search(data)
-    if key is None or n < 2:
-        return None
-    lo, hi = key.end(), key.end() + n - 1  # the array's '[' and ']'
-    if data[lo : lo + 1] != b"[" or data[hi : hi + 1] != b"]" or memoryview(header.traceEvents)[:1] != b"[":
-        return None
-    header.traceEvents = _EMPTY
-    hits = [m.start() for m in (_SCAN_WITH_OPS if cpu_ops else _SCAN).finditer(data, lo, hi)]
-    for name in _SCAN_NAMES:
-        at = data.find(name, lo, hi)
-        while at >= 0:
-            hits.append(at)
-            at = data.find(name, at + len(name), hi)
-    found: dict[int, _Event] = {}  # by start: an event hit by its category and its name is kept once
-    rfind, end, decode = data.rfind, _EVENT_END.search, _EVENT.decode
-    for at in hits:
-        # the usual case inline (nearest '{', first end); anything else goes to _object_around
-        start, m = rfind(b"{", lo, at), end(data, at, hi + 1)
-        if start >= 0 and m is not None:
-            try:
-                found[start] = decode(data[start : m.start() + 1])
-                continue
-            except (msgspec.MsgspecError, UnicodeDecodeError):
-                pass
-        got = _object_around(data, at, lo, hi + 1)
-        if got is None:
-            return None
-        found[got[0]] = got[1]
-    sel = _Selection(header, options, cpu_ops)
-    sel.feed([found[s] for s in sorted(found)])  # file order, as the other paths
-    return sel
-
-
-def _object_around(data: Buffer, at: int, lo: int, stop: int, tries: int = 64) -> tuple[int, _Event] | None:
-    """(start, decoded) of the innermost JSON object enclosing position ``at``; None: not found in ``tries``.
-
-    Candidates start at a '{' before ``at`` (nearest first) and end at a '}' followed by ',' or ']'
-    after it. A slice that decodes is exactly one complete object that spans ``at``: a '{' inside a
-    string, or one whose object closes before ``at``, leaves invalid or trailing text, and an end
-    inside a string or a nested object leaves the input truncated. So a wrong guess can only fail,
-    never decode into the wrong event. Kernel names hold '}, ' (``{lambda(float)#1}, std::array``), so
-    a first end can be early; a key order with ``args`` before ``cat`` makes a first start wrong.
-    """
-    start = at
-    while tries > 0:
-        start = data.rfind(b"{", lo, start)
-        if start < 0:
-            return None
-        pos = at
-        while tries > 0:
-            tries -= 1
-            m = _EVENT_END.search(data, pos, stop)
-            if m is None:
-                break
-            try:
-                return start, _EVENT.decode(data[start : m.start() + 1])
-            except (msgspec.MsgspecError, UnicodeDecodeError) as exc:
-                if "truncated" not in str(exc):  # this start is wrong: try the '{' before it
-                    break
-                pos = m.start() + 1  # this end is early: try the next one
-    return None
-
-
 def _fast_select(data: Buffer, options: ReadOptions, cpu_ops: bool) -> _Selection | None:
     """Decode the event array in chunks split at event boundaries; None: use the exact path.
 
@@ -318,7 +159,7 @@ def _fast_select(data: Buffer, options: ReadOptions, cpu_ops: bool) -> _Selectio
                 m = _SPLIT.search(body, pos + _CHUNK_BYTES)  # type: ignore[call-overload]
                 if m is not None:
                     cut, nxt = m.start() + 1, m.end() - 1
-            sel.feed(_CHUNK.decode(b"[" + body[pos:cut] + b"]"))
+            sel.feed(_CHUNK_EVENTS.decode(b"[" + body[pos:cut] + b"]"))
             pos = nxt
     except (msgspec.MsgspecError, UnicodeDecodeError):
         return None
@@ -326,52 +167,6 @@ def _fast_select(data: Buffer, options: ReadOptions, cpu_ops: bool) -> _Selectio
         if was_enabled:
             gc.enable()
     return sel
-
-
-class _Selection:
-    """One pass over the events, keeping only those some table reads (file order preserved)."""
-
-    def __init__(self, header: Any, options: ReadOptions, cpu_ops: bool) -> None:
-        self.header = header
-        self.cpu_cats = _CPU_CATS if cpu_ops else {k: v for k, v in _CPU_CATS.items() if v != "op"}
-        self.pattern = re.compile(options.step_marker) if options.step_marker else _STEP_RE
-        self.default_marker = not options.step_marker
-        self.gpu: list[Any] = []
-        self.cpu: list[Any] = []
-        self.comm: list[Any] = []
-        self.gpu_steps: list[Any] = []
-        self.cpu_steps: list[Any] = []
-
-    def feed(self, events: list[Any]) -> None:
-        gpu_cats, cpu_cats, pattern, plain = _GPU_CATS, self.cpu_cats, self.pattern, self.default_marker
-        gpu, cpu, comm, gsteps, csteps = self.gpu, self.cpu, self.comm, self.gpu_steps, self.cpu_steps
-        for e in events:
-            if e.ph != "X":
-                continue
-            cat, name = e.cat, e.name
-            if cat in gpu_cats:
-                gpu.append(e)
-            elif cat in cpu_cats:
-                cpu.append(e)
-            if name == "record_param_comms" and e.args is not None:
-                comm.append(e)
-            if cat == "gpu_user_annotation" or cat == "user_annotation" or cat == "cpu_op":
-                # the default marker can only match names starting "ProfilerStep#": skip the regex otherwise
-                if plain and not (type(name) is str and name.startswith("ProfilerStep#")):
-                    continue
-                if pattern.search(str(name)):
-                    (gsteps if cat == "gpu_user_annotation" else csteps).append(e)
-
-    def tables(self, times: _Times) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, tuple[pl.DataFrame, bool]] | None:
-        rank = 0  # as before: the loader sets the rank column from meta
-        try:
-            gpu = _gpu_table(self.gpu, rank, times)
-            cpu = _cpu_table(self.cpu, rank, times)
-            comm = _comm_calls(self.comm, rank, times)
-            steps = _steps(self.gpu_steps, self.cpu_steps, rank, times)
-        except _NeedsText:
-            return None
-        return gpu, cpu, comm, steps
 
 
 # ----------------------------------------------------------------------------- metadata
