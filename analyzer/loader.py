@@ -90,7 +90,11 @@ class _Stored:
     folder: str
 
 
-def _read_in_worker(tf: TraceFile, opts: ReadOptions, use_cache: bool) -> list[RankTrace] | Skipped | _Stored:
+def _read_in_worker(tf: TraceFile, opts: ReadOptions, use_cache: bool,
+                    cache_root: str | None = None) -> list[RankTrace] | Skipped | _Stored:
+    if cache_root is not None:
+        # workers fork from a server that kept the environment it started with: use the caller's cache now
+        os.environ["COMMSCOPE_CACHE_DIR"] = cache_root
     res = read_one(tf, opts, use_cache)
     if use_cache and not isinstance(res, Skipped):
         from .ingest.cache import entry_dir
@@ -176,7 +180,10 @@ def _read_all(files: list[TraceFile], options: LoadOptions) -> list[list[RankTra
         # One task per file, at most `jobs` alive: a worker holds one rank's bytes and events at a time.
         ctx = worker_context()
         with ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=ctx) as pool:
-            futures = {pool.submit(_read_in_worker, files[i], opts[i], options.cache): i for i in todo}
+            from .ingest.cache import cache_dir
+
+            root = str(cache_dir())
+            futures = {pool.submit(_read_in_worker, files[i], opts[i], options.cache, root): i for i in todo}
             for f in as_completed(futures):
                 i = futures[f]
                 results[i] = _from_worker(f.result(), files[i], opts[i], options.cache)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -60,3 +61,17 @@ def test_dask_unreachable_scheduler_is_a_usage_error(traces: Path, monkeypatch: 
     monkeypatch.setattr(scaleout, "CONNECT_TIMEOUT", "2s")
     with pytest.raises(UsageError):
         load([traces], LoadOptions(scheduler="tcp://127.0.0.1:1"))
+
+
+def test_workers_write_to_the_cache_dir_set_now(traces: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fork server outlives environment changes; workers must still use the caller's cache dir."""
+    load([traces], LoadOptions(jobs=2, cache=False))  # the fork server is running from here on
+    first, second = tmp_path / "a", tmp_path / "b"
+    monkeypatch.setenv("COMMSCOPE_CACHE_DIR", str(first))
+    load([traces], LoadOptions(jobs=2))
+    monkeypatch.setenv("COMMSCOPE_CACHE_DIR", str(second))
+    ref = _report(traces, jobs=1, cache=False)
+    shutil.rmtree(first)
+    assert _report(traces, jobs=2) == ref
+    assert len(list(second.glob("*/manifest.json"))) == 4  # one entry per rank, in the dir set last
+    assert not first.exists()
