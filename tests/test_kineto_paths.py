@@ -63,12 +63,15 @@ def _doc(tricky: bool) -> dict:
 
 def _paths(path: Path) -> dict[str, RankTrace]:
     data = kineto._file_bytes(path)
+    header = kineto._HEADER.decode(data)
     opts = ReadOptions()
     out = {}
-    for name, select in (("scan", kineto_scan.scan_select), ("chunks", kineto._fast_select)):
+    paths = (("scan", lambda: kineto_scan.scan_select(data, header, opts, False)),
+             ("chunks", lambda: kineto._fast_select(header, opts, False)))
+    for name, select in paths:
         kineto._CHUNK_BYTES, saved = 2048, kineto._CHUNK_BYTES  # many chunks
         try:
-            sel = select(data, opts, False)
+            sel = select()
         finally:
             kineto._CHUNK_BYTES = saved
         if sel is not None:

@@ -98,9 +98,16 @@ def read(path: Path, options: ReadOptions) -> list[RankTrace]:
 def read_tables(path: Path, options: ReadOptions, cpu_ops: bool = True) -> list[RankTrace]:
     """``read``; ``cpu_ops=False`` leaves ``cpu_op`` rows out of the ``cpu`` table (the loader drops them anyway)."""
     data = _file_bytes(path)
-    sel = scan_select(data, options, cpu_ops)
-    if sel is None:
-        sel = _fast_select(data, options, cpu_ops)
+    sel = None
+    try:
+        header = _HEADER.decode(data)  # validates every byte once, for both number paths
+    except (msgspec.MsgspecError, UnicodeDecodeError):
+        header = None  # the exact path words the error
+    if header is not None:
+        sel = scan_select(data, header, options, cpu_ops)
+        if sel is None:
+            sel = _fast_select(header, options, cpu_ops)
+        header.traceEvents = _EMPTY  # drop the view into ``data``
     if sel is None:  # exact text path: same selection over raw-timestamp events
         trace = _decode_with(_DECODER, data, path)
         del data
@@ -134,18 +141,13 @@ def _rank_trace(path: Path, meta: RankMeta, tables: Any) -> RankTrace:
     return RankTrace(meta=meta, gpu=gpu, cpu=cpu, comm_calls=comm_calls, steps=steps, steps_on_gpu=on_gpu)
 
 
-def _fast_select(data: Buffer, options: ReadOptions, cpu_ops: bool) -> _Selection | None:
+def _fast_select(header: _Header, options: ReadOptions, cpu_ops: bool) -> _Selection | None:
     """Decode the event array in chunks split at event boundaries; None: use the exact path.
 
     A split inside a string or a nested object leaves a chunk that is not valid JSON, so a wrong
     split can only fail (and fall back), never decode into wrong events.
     """
-    try:
-        header = _HEADER.decode(data)
-    except (msgspec.MsgspecError, UnicodeDecodeError):
-        return None
     body = memoryview(header.traceEvents)  # a view into ``data``: no copy of the array
-    header.traceEvents = _EMPTY
     if body[:1] != b"[" or body[-1:] != b"]":
         return None
     sel = _Selection(header, options, cpu_ops)

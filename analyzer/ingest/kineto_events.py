@@ -30,34 +30,31 @@ _EMPTY = msgspec.Raw(b"")
 Buffer = bytes | mmap.mmap  # a whole document: inflated bytes, or a plain file mapped read-only
 
 
-class _RawEvent(msgspec.Struct, gc=False):
+class _EventBase(msgspec.Struct, gc=False):
+    ph: Any = ""
+    cat: Any = ""
+    name: Any = ""
+    pid: Any = None
+    tid: Any = None
+    args: _Args | None = None
+
+
+class _RawEvent(_EventBase, gc=False):
     """Exact path: timestamps as raw JSON text."""
 
-    ph: Any = ""
-    cat: Any = ""
-    name: Any = ""
-    pid: Any = None
-    tid: Any = None
     ts: msgspec.Raw = _EMPTY
     dur: msgspec.Raw = _EMPTY
-    args: _Args | None = None
 
 
-class _Event(msgspec.Struct, gc=False):
-    """Fast path: numbers decode ~30% faster than Raw; strings are mapped to null like the text path."""
+class _Event(_EventBase, gc=False):
+    """Fast paths: numbers decode ~30% faster than Raw; strings are mapped to null like the text path."""
 
-    ph: Any = ""
-    cat: Any = ""
-    name: Any = ""
-    pid: Any = None
-    tid: Any = None
     ts: int | float | str | None = None
     dur: int | float | str | None = None
-    args: _Args | None = None
 
 
 class _Header(msgspec.Struct):
-    traceEvents: msgspec.Raw  # noqa: N815 - Kineto's key; decoded in chunks by _fast_select
+    traceEvents: msgspec.Raw  # noqa: N815 - Kineto's key; the scan and chunked paths read it raw
     distributedInfo: Any = None  # noqa: N815
     baseTimeNanoseconds: Any = None  # noqa: N815
     deviceProperties: Any = None  # noqa: N815

@@ -1,6 +1,6 @@
 """The Kineto scan path: find the few events any table reads by a byte scan, decode only those.
 
-msgspec first decodes the header, which validates every byte of the document; then a regex on the
+``kineto.py`` first decodes the header, which validates every byte of the document; then a regex on the
 ``"cat"`` keys of the kept categories and two ``bytes.find`` passes (``record_param_comms``,
 ``ProfilerStep#``) give hits, and the innermost JSON object around each hit is decoded. The noise
 (python_function, cpu_op: ~90% of a real trace) never becomes a Python object. None means "could not
@@ -13,7 +13,7 @@ import re
 
 import msgspec
 
-from .kineto_events import _EMPTY, _EVENT, _HEADER, Buffer, _Event, _Selection
+from .kineto_events import _EVENT, Buffer, _Event, _Header, _Selection
 from .kineto_tables import _CPU_CATS, _GPU_CATS
 from .options import ReadOptions
 
@@ -35,28 +35,23 @@ _SCAN = _cat_pattern(_SCAN_CATS)
 _SCAN_WITH_OPS = _cat_pattern((*_SCAN_CATS, *_CPU_CATS))
 
 
-def scan_select(data: Buffer, options: ReadOptions, cpu_ops: bool) -> _Selection | None:
+def scan_select(data: Buffer, header: _Header, options: ReadOptions, cpu_ops: bool) -> _Selection | None:
     """Find and decode only the events some table reads; None: use the chunked path.
 
-    msgspec first decodes the header, which validates every byte of the document (a truncated or
-    corrupt file fails here and is worded by the exact path). Candidates are a superset of what
+    ``header`` was decoded by msgspec, which validated every byte of the document (a truncated or
+    corrupt file fails there and is worded by the exact path). Candidates are a superset of what
     ``_Selection.feed`` keeps, as long as category values and the two names are written literally
     (no \\u escapes), which every profiler does; feed then applies the same rules as the other paths.
     """
     if options.step_marker:  # a custom marker can match any name: no literal to scan for
         return None
-    try:
-        header = _HEADER.decode(data)
-    except (msgspec.MsgspecError, UnicodeDecodeError):
-        return None
-    n = len(memoryview(header.traceEvents))
+    body = memoryview(header.traceEvents)
     key = _EVENTS_KEY.search(data)
-    if key is None or n < 2:
+    if key is None or len(body) < 2:
         return None
-    lo, hi = key.end(), key.end() + n - 1  # the array's '[' and ']'
-    if data[lo : lo + 1] != b"[" or data[hi : hi + 1] != b"]" or memoryview(header.traceEvents)[:1] != b"[":
+    lo, hi = key.end(), key.end() + len(body) - 1  # the array's '[' and ']'
+    if data[lo : lo + 1] != b"[" or data[hi : hi + 1] != b"]" or body[:1] != b"[":
         return None
-    header.traceEvents = _EMPTY
     hits = [m.start() for m in (_SCAN_WITH_OPS if cpu_ops else _SCAN).finditer(data, lo, hi)]
     for name in _SCAN_NAMES:
         at = data.find(name, lo, hi)
