@@ -69,13 +69,8 @@ def analyze(ts: TraceSet) -> Analysis:
     coll_df = _collective_frame(itable)
     bw = _bandwidth(coll_df)
 
-    n_unmatched = rows.filter(pl.col("instance").is_null() & ~pl.col("op").is_in(match.P2P_OPS)).height
-    n_p2p = rows.filter(pl.col("op").is_in(match.P2P_OPS)).height
-    if n_unmatched:
-        warnings.append(f"{n_unmatched} communication kernels could not be matched across ranks "
-                        "(their peers are absent from the traces or the windows do not overlap)")
-    if n_p2p:
-        warnings.append(f"{n_p2p} point-to-point kernels (send/recv) are not matched: their peers are not recorded")
+    match_counts, match_warnings = match.summary(inst)
+    warnings.extend(match_warnings)
     if fit.uncertainty_ns is not None and itable.height:
         skew = float(itable["arrival_skew_ns"].median())
         if fit.uncertainty_ns > skew:
@@ -96,8 +91,7 @@ def analyze(ts: TraceSet) -> Analysis:
     matching = {
         "instances": itable.height,
         "matched_kernels": matched.height,
-        "unmatched_kernels": n_unmatched,
-        "p2p_kernels": n_p2p,
+        **match_counts,
         "kernels_without_metadata": ts.collectives.filter(~pl.col("has_meta")).height,
     }
     return Analysis(
@@ -166,6 +160,7 @@ def _collective_frame(itable: pl.DataFrame) -> pl.DataFrame:
         .alias("busbw_gbps"),
         (pl.col("first_start_ns") / NS_PER_MS).alias("start_ms"),
         "has_meta",
+        *[c for c in ("match_rule", "partial") if c in itable.columns],
     )
 
 

@@ -47,6 +47,7 @@ def build_table(
     )
     if groups:
         df = _fill_group_ranks(df, groups)
+    df = _resolve_peer(df)
     df = df.sort("rank", "start_ns").with_columns(
         pl.when(pl.col("pg").is_not_null())
         .then(pl.int_range(pl.len()).over("rank", "pg"))
@@ -94,6 +95,20 @@ def _fill_group_ranks(df: pl.DataFrame, groups: dict[int, tuple[ProcessGroup, ..
         )
         .drop("_ranks", "_size")
     )
+
+
+def _resolve_peer(df: pl.DataFrame) -> pl.DataFrame:
+    """A p2p peer's global rank: recorded, else its group rank looked up in the group's member list."""
+    if "peer_group_rank" not in df.columns:
+        return df
+    members = pl.col("group_ranks").str.split(",")
+    local = pl.col("peer_group_rank")
+    looked_up = (
+        pl.when(local.is_not_null() & (local >= 0) & (local < members.list.len()))
+        .then(members.list.get(local.cast(pl.Int64), null_on_oob=True).cast(pl.Int32, strict=False))
+        .otherwise(None)
+    )
+    return df.with_columns(pl.coalesce("peer", looked_up).alias("peer"))
 
 
 def assign_steps(df: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:

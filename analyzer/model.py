@@ -51,6 +51,10 @@ COMM_CALL_SCHEMA: dict[str, pl.DataType] = {
     "out_bytes": pl.Int64,
     "group_size": pl.Int32,
     "group_ranks": pl.Utf8,  # comma-separated global ranks, e.g. "0,2"
+    "peer": pl.Int32,  # send/recv: the peer's global rank, where recorded
+    "peer_group_rank": pl.Int32,  # send/recv: the peer's rank within the group (resolved via group_ranks)
+    "in_splits": pl.Utf8,  # all_to_all(v) split sizes per peer, comma-separated (dim-0 rows)
+    "out_splits": pl.Utf8,
 }
 
 COLLECTIVE_SCHEMA: dict[str, pl.DataType] = {
@@ -70,6 +74,9 @@ COLLECTIVE_SCHEMA: dict[str, pl.DataType] = {
     "step": pl.Int64,
     "has_meta": pl.Boolean,
     "name": pl.Utf8,
+    "peer": pl.Int32,  # send/recv: the peer's global rank, null when unknown
+    "in_splits": pl.Utf8,
+    "out_splits": pl.Utf8,
 }
 
 STEP_SCHEMA: dict[str, pl.DataType] = {

@@ -141,6 +141,8 @@ class Scenario:
     late_ranks: dict[int, tuple[int, str]] = field(default_factory=dict)  # rank -> (delay_ns, host|compute)
     clock_offsets_ns: dict[int, int] = field(default_factory=dict)  # added to every timestamp a rank writes
     missing_meta_first: int = 0  # first K comm kernels of each rank: launch fell before the window
+    # older PyTorch: record_param_comms without "Collective name", on another thread than the launch
+    legacy_comms: bool = False
     ts_style: str = "float"  # "float": 3-decimal us + baseTimeNanoseconds; "int": integer us
     distributed_info: bool = True
     gpu_step_annotations: bool = True  # GPU-side ProfilerStep#N (gpu_user_annotation)
@@ -560,8 +562,11 @@ def _run_instance(
         rk.comm_kernels += 1
         corr, ext = rk.next_ids(4)  # c10d op, record_param_comms (the kernel's External id), annotation, wait
         meta = _comm_meta(col, op, pg, r, peer) if metas[r] else None
+        if meta and sc.legacy_comms:
+            for key in ("Collective name", "Dst Rank", "Src Rank"):
+                meta.pop(key, None)
         args = _kernel_args(ext + 1 if meta else None, rk.device, stream, corr, comm=True)
-        args.update({key: meta[key] for key in _KERNEL_META_KEYS} if meta else {})
+        args.update({key: meta[key] for key in _KERNEL_META_KEYS if key in meta} if meta else {})
         ev = rk.gpu("kernel", _OP_INFO[op][3] + _NCCL_SUFFIX, arrive[r], end - arrive[r], stream, args)
         rk.launches.append(_Launch("comm", ev, op, meta, ext))
         if meta:  # the nccl:* range shows on the GPU lane too; it is an annotation, not GPU activity
@@ -588,7 +593,7 @@ def _emit_comm_call(rk: _Rank, sc: Scenario, ln: _Launch, t: int) -> None:
     tid, ext, op, corr = rk.comm_tid, ln.ext, ln.op, ln.gpu.args["correlation"]
     rk.cpu("cpu_op", _OP_INFO[op][1], tid, t, 16_000, {"External id": ext, "Record function id": 0})
     rpc = {"External id": ext + 1, "Record function id": 0, **ln.meta}
-    rk.cpu("cpu_op", "record_param_comms", tid, t + 1_000, 14_000, rpc)
+    rk.cpu("cpu_op", "record_param_comms", rk.main_tid if sc.legacy_comms else tid, t + 1_000, 14_000, rpc)
     rk.cpu("user_annotation", _OP_INFO[op][2], tid, t + 2_000, 10_000, {"External id": ext + 2, "Record function id": 0})
     rk.cpu(
         "cuda_driver", "cuLaunchKernelEx", tid, t + 5_000, 4_000, {"External id": ext + 1, "cbid": 652, "correlation": corr}

@@ -29,6 +29,13 @@ class _Args(msgspec.Struct, gc=False):
     dtype: Any = None
     in_nelems: Any = msgspec.field(default=None, name="In msg nelems")
     out_nelems: Any = msgspec.field(default=None, name="Out msg nelems")
+    # p2p peer: "Dst Rank"/"Src Rank" are global ranks (PyTorch >= 2.4); "Rank" holds the peer's
+    # group rank for send/recv in every version that records p2p (its own rank for collectives)
+    dst_rank: Any = msgspec.field(default=None, name="Dst Rank")
+    src_rank: Any = msgspec.field(default=None, name="Src Rank")
+    rank_arg: Any = msgspec.field(default=None, name="Rank")
+    in_split: Any = msgspec.field(default=None, name="In split size")
+    out_split: Any = msgspec.field(default=None, name="Out split size")
 
 
 # Kineto categories (and the capitalised ones of very old traces) -> raw GPU category.
@@ -163,7 +170,8 @@ def _comm_calls(sel: list[Any], rank: int, times: _Times) -> pl.DataFrame:
         return conform(pl.DataFrame(), COMM_CALL_SCHEMA)
     start, end = times([e.ts for e in sel], [e.dur for e in sel])
     rows: dict[str, list[Any]] = {k: [] for k in ("op", "pg", "pg_desc", "dtype", "in_bytes", "out_bytes",
-                                                  "group_size", "group_ranks")}
+                                                  "group_size", "group_ranks", "peer", "peer_group_rank",
+                                                  "in_splits", "out_splits")}
     for e in sel:
         a = e.args
         size = dtype_size(a.dtype)
@@ -176,9 +184,15 @@ def _comm_calls(sel: list[Any], rank: int, times: _Times) -> pl.DataFrame:
         rows["out_bytes"].append(n_out * size if size and n_out is not None else None)
         rows["group_size"].append(_as_int(a.group_size))
         rows["group_ranks"].append(_ranks_text(a.pg_ranks))
+        p2p = rows["op"][-1] in ("send", "recv")
+        rows["peer"].append(_as_int(a.dst_rank if a.dst_rank is not None else a.src_rank) if p2p else None)
+        rows["peer_group_rank"].append(_as_int(a.rank_arg) if p2p else None)
+        rows["in_splits"].append(_ranks_text(a.in_split))
+        rows["out_splits"].append(_ranks_text(a.out_split))
     df = pl.DataFrame(
         {"tid": _int_series([e.tid for e in sel]), "start_ns": start, "end_ns": end, **rows},
-        schema_overrides={"in_bytes": pl.Int64, "out_bytes": pl.Int64, "group_size": pl.Int32},
+        schema_overrides={"in_bytes": pl.Int64, "out_bytes": pl.Int64, "group_size": pl.Int32, "peer": pl.Int32,
+                          "peer_group_rank": pl.Int32},
         strict=False,
     ).with_columns(pl.lit(rank).alias("rank"))
     return conform(df, COMM_CALL_SCHEMA).sort("start_ns")

@@ -39,7 +39,8 @@ def instance_table(rows: pl.DataFrame) -> pl.DataFrame:
         .agg(
             pl.col("pg").first(),
             pl.col("seq").min(),
-            pl.col("op").first(),
+            # a send/recv pair reads as one point-to-point transfer
+            pl.when(pl.col("op").n_unique() > 1).then(pl.lit("send_recv")).otherwise(pl.col("op").first()).alias("op"),
             pl.col("step").min(),
             pl.max_horizontal("in_bytes", "out_bytes").max().alias("bytes"),
             pl.col("group_size").max(),
@@ -52,6 +53,7 @@ def instance_table(rows: pl.DataFrame) -> pl.DataFrame:
             (pl.col("a_end_ns").max() - pl.col("a_end_ns").min()).alias("end_skew_ns"),
             pl.col("a_start_ns").min().alias("first_start_ns"),
             pl.col("has_meta").all(),
+            *[pl.col(c).first() for c in ("match_rule", "partial") if c in rows.columns],
         )
         .sort("first_start_ns", "instance")
     )

@@ -28,6 +28,7 @@ STEP_FIELDS = (
 COLLECTIVE_FIELDS = (
     "pg", "seq", "op", "step", "bytes", "ranks", "group_size", "transfer_ms", "max_wait_ms", "total_wait_ms",
     "last_rank", "arrival_skew_ms", "end_skew_ms", "algbw_gbps", "busbw_gbps", "start_ms", "has_meta",
+    "match_rule", "partial",
 )
 
 
