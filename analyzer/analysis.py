@@ -8,7 +8,7 @@ import polars as pl
 
 from . import align, match
 from .collectives import bus_factor_expr
-from .metrics import overlap, stragglers, waits
+from .metrics import dimensions, overlap, stragglers, waits
 from .model import TraceSet
 
 NS_PER_MS = 1e6
@@ -27,13 +27,15 @@ class Analysis:
     matching: dict
     warnings: tuple[str, ...]
     traces: TraceSet  # for timelines (dashboard); presenters read tables above for numbers
+    process_groups: pl.DataFrame | None = None  # one row per group, with its parallelism dimension
+    dimensions: pl.DataFrame | None = None  # per (rank, dimension) (ms)
 
 
 def _ms(cols: list[str]) -> list[pl.Expr]:
     return [(pl.col(c) / NS_PER_MS).alias(c.replace("_ns", "_ms")) for c in cols]
 
 
-def analyze(ts: TraceSet) -> Analysis:
+def analyze(ts: TraceSet, dims: dimensions.Options | None = None) -> Analysis:
     ranks = ts.rank_ids
     warnings = list(ts.warnings)
     covs = overlap.coverages(ts.gpu)
@@ -63,6 +65,14 @@ def analyze(ts: TraceSet) -> Analysis:
     top = order["rank"][0] if order.height else None
     causes = {int(top): waits.lateness_cause(matched, covs, int(top))} if top is not None else {}
     verdict = stragglers.verdict(order, comm_ns, causes)
+
+    dims = dims or dimensions.Options()
+    groups = dimensions.groups(dimensions.meta_groups(ts.ranks), rows, ts.world_size or len(ranks),
+                               dimensions.hosts(ts.ranks), dims)
+    drows = dimensions.row_dimensions(rows, groups, dims.layout)
+    dim_df = dimensions.per_rank(drows, ts.gpu, ranks)
+    itable = itable.join(drows.group_by("instance").agg(pl.col("dimension").first(), pl.col("intra_node").first()),
+                         on="instance", how="left")
 
     rank_df = _rank_frame(totals, per_step, split, order)
     step_df = _step_frame(per_step, split, matched)
@@ -97,6 +107,7 @@ def analyze(ts: TraceSet) -> Analysis:
     return Analysis(
         source=source, ranks=rank_df, steps=step_df, collectives=coll_df, bandwidth=bw, ranking=order,
         verdict=verdict, clock=fit, matching=matching, warnings=tuple(warnings), traces=ts,
+        process_groups=groups, dimensions=dim_df,
     )
 
 
@@ -160,15 +171,16 @@ def _collective_frame(itable: pl.DataFrame) -> pl.DataFrame:
         .alias("busbw_gbps"),
         (pl.col("first_start_ns") / NS_PER_MS).alias("start_ms"),
         "has_meta",
-        *[c for c in ("match_rule", "partial") if c in itable.columns],
+        *[c for c in ("match_rule", "partial", "dimension", "intra_node") if c in itable.columns],
     )
 
 
 def _bandwidth(coll: pl.DataFrame) -> pl.DataFrame:
     sized = coll.filter(pl.col("bytes").is_not_null() & (pl.col("bytes") > 0))
+    by = ["op", "size_bucket", *[c for c in ("intra_node",) if c in coll.columns]]
     return (
         sized.with_columns((2 ** pl.col("bytes").cast(pl.Float64).log(2).floor()).cast(pl.Int64).alias("size_bucket"))
-        .group_by("op", "size_bucket")
+        .group_by(by)
         .agg(
             pl.len().alias("count"),
             pl.col("bytes").sum().alias("total_bytes"),
@@ -177,5 +189,5 @@ def _bandwidth(coll: pl.DataFrame) -> pl.DataFrame:
             pl.col("busbw_gbps").median().alias("busbw_gbps_p50"),
             pl.col("busbw_gbps").max().alias("busbw_gbps_max"),
         )
-        .sort("op", "size_bucket")
+        .sort(by, nulls_last=True)
     )

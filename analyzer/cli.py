@@ -83,6 +83,25 @@ def common_load_options(f: Callable) -> Callable:
     return f
 
 
+def dimension_options(f: Callable) -> Callable:
+    for opt in reversed([
+        click.option("--layout", metavar="AXIS=N,...",
+                     help="Parallel sizes, e.g. tp=8,cp=1,ep=1,dp=16,pp=4: names each group's dimension."),
+        click.option("--layout-order", metavar="AXES", help="Rank order of --layout, fastest axis first "
+                     "(default Megatron's tp-cp-ep-dp-pp)."),
+        click.option("--gpus-per-host", type=click.IntRange(1, 1024), default=8, show_default=True,
+                     help="Ranks per host where the traces do not name hosts (intra- vs inter-node groups)."),
+    ]):
+        f = opt(f)
+    return f
+
+
+def dim_options(layout: str | None, layout_order: str | None, gpus_per_host: int):
+    from .metrics.dimensions import Options, parse_layout
+
+    return Options(layout=parse_layout(layout, layout_order), gpus_per_host=gpus_per_host)
+
+
 @click.group()
 @click.version_option(package_name="commscope")
 def main() -> None:
@@ -97,9 +116,10 @@ def main() -> None:
 @click.option("--scheduler", metavar="ADDRESS",
               help="Parse ranks on this Dask scheduler (tcp://host:8786); the cache dir must be shared storage.")
 @common_load_options
+@dimension_options
 def analyze(paths: tuple[Path, ...], fmt: str, output: Path | None, show_steps: bool, scheduler: str | None,
             rank_map: tuple[str, ...], step_marker: str | None, jobs: int | None, ranks: str | None,
-            no_cache: bool) -> None:
+            no_cache: bool, layout: str | None, layout_order: str | None, gpus_per_host: int) -> None:
     """Analyze traces (files or folders of ranks): overlap, exposed communication, waits, stragglers."""
 
     def run() -> None:
@@ -110,11 +130,12 @@ def analyze(paths: tuple[Path, ...], fmt: str, output: Path | None, show_steps: 
         from .report import render
 
         opts = load_options(rank_map, step_marker, jobs, ranks, no_cache)
+        dims = dim_options(layout, layout_order, gpus_per_host)
         if scheduler:
             from dataclasses import replace
 
             opts = replace(opts, scheduler=scheduler)
-        result = run_analysis(load(list(paths), opts))
+        result = run_analysis(load(list(paths), opts), dims)
         text = render(result, fmt, show_steps=show_steps)
         if output:
             output.write_text(text, encoding="utf-8")
@@ -131,8 +152,10 @@ def analyze(paths: tuple[Path, ...], fmt: str, output: Path | None, show_steps: 
 @click.option("--port", default=8050, show_default=True, type=click.IntRange(0, 65535))
 @click.option("--debug", is_flag=True, help="Dash debug mode (dev tools, tracebacks): never on a shared host.")
 @common_load_options
+@dimension_options
 def dashboard(paths: tuple[Path, ...], host: str, port: int, debug: bool, rank_map: tuple[str, ...],
-              step_marker: str | None, jobs: int | None, ranks: str | None, no_cache: bool) -> None:
+              step_marker: str | None, jobs: int | None, ranks: str | None, no_cache: bool, layout: str | None,
+              layout_order: str | None, gpus_per_host: int) -> None:
     """Serve the interactive dashboard over these traces (loaded and analyzed once)."""
 
     def run() -> None:
@@ -143,7 +166,7 @@ def dashboard(paths: tuple[Path, ...], host: str, port: int, debug: bool, rank_m
         from .loader import load
 
         opts = load_options(rank_map, step_marker, jobs, ranks, no_cache)
-        result = run_analysis(load(list(paths), opts))
+        result = run_analysis(load(list(paths), opts), dim_options(layout, layout_order, gpus_per_host))
         click.echo(f"commscope dashboard: {len(result.source['ranks'])} ranks on http://{host}:{port}/", err=True)
         serve(result, host=host, port=port, debug=debug)
 
@@ -162,9 +185,11 @@ def dashboard(paths: tuple[Path, ...], host: str, port: int, debug: bool, rank_m
               help="Also write JUnit XML here (one failing testcase per regressed metric).")
 @click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), help="Write the report here.")
 @common_load_options
+@dimension_options
 def compare(base: Path, new: Path, fail_on: tuple[str, ...], thresholds_file: Path | None, fmt: str,
             junit_path: Path | None, output: Path | None, rank_map: tuple[str, ...], step_marker: str | None,
-            jobs: int | None, ranks: str | None, no_cache: bool) -> None:
+            jobs: int | None, ranks: str | None, no_cache: bool, layout: str | None, layout_order: str | None,
+            gpus_per_host: int) -> None:
     """Compare NEW against BASE (folders or files): exit 0 within thresholds, 1 on regression, 2 on bad input."""
     outcome = {"passed": True}
 
@@ -182,7 +207,8 @@ def compare(base: Path, new: Path, fail_on: tuple[str, ...], thresholds_file: Pa
                 raise UsageError(f"{label} {path}: does not exist (give a trace file or a folder of rank traces)")
         th = thresholds.build(fail_on, thresholds_file)  # bad thresholds fail before the slow loading
         opts = load_options(rank_map, step_marker, jobs, ranks, no_cache)
-        result = compare_runs(run_analysis(load([base], opts)), run_analysis(load([new], opts)), th)
+        dims = dim_options(layout, layout_order, gpus_per_host)
+        result = compare_runs(run_analysis(load([base], opts), dims), run_analysis(load([new], opts), dims), th)
         text = compare_formats.render(result, fmt)
         if junit_path:
             junit_path.write_text(compare_formats.junit(result), encoding="utf-8")

@@ -15,8 +15,9 @@ column (key ``p2p|{src}>{dst}|{pg}|s{step}|k{ordinal}``), matched by the peer re
 a peer (NCCL's grouped send/recv, all-to-all of older PyTorch) are matched as a group exchange by
 ordinal when every rank of the communicator runs the same sequence of them.
 
-Added columns: ``instance`` (null when unmatched), ``n_ranks`` found, ``partial`` (fewer participants
-than the group's size), ``match_rule`` (metadata, shift, no_metadata, p2p_peer, p2p_pair, exchange).
+Added columns: ``comm`` (the communicator key), ``instance`` (null when unmatched), ``n_ranks`` found,
+``partial`` (fewer participants than the group's size), ``match_rule`` (metadata, shift, no_metadata,
+p2p_peer, p2p_pair, exchange).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ def instances(coll: pl.DataFrame) -> pl.DataFrame:
         return coll.with_columns(
             pl.lit(None, dtype=pl.Utf8).alias("instance"), pl.lit(0, dtype=pl.UInt32).alias("n_ranks"),
             pl.lit(False).alias("partial"), pl.lit(None, dtype=pl.Utf8).alias("match_rule"),
+            pl.lit(None, dtype=pl.Utf8).alias("comm"),
         )
     if "peer" not in coll.columns:
         coll = coll.with_columns(pl.lit(None, dtype=pl.Int32).alias("peer"))
@@ -40,6 +42,7 @@ def instances(coll: pl.DataFrame) -> pl.DataFrame:
         pl.col("op").is_in(P2P_OPS).alias("_p2p"),
         pl.coalesce(pl.max_horizontal("in_bytes", "out_bytes"), pl.lit(-1)).alias("_bytes"),
         pl.col("step").fill_null(-1).alias("_step"),
+        pl.col("_comm").alias("comm"),
     )
     meta = df.filter(pl.col("has_meta") & ~pl.col("_p2p"))
     nometa = df.filter(~pl.col("has_meta") & ~pl.col("_p2p"))
@@ -56,7 +59,7 @@ def instances(coll: pl.DataFrame) -> pl.DataFrame:
         pl.format("nometa|{}|{}|s{}|r{}", "_comm", "op", "_step", "_k").alias("instance"),
         pl.lit("no_metadata").alias("match_rule"),
     )
-    cols = [*coll.columns, "instance", "match_rule"]
+    cols = [*coll.columns, "comm", "instance", "match_rule"]
     parts = [x.select(cols) for x in (in_step, out_step, nm, *_p2p(df.filter(pl.col("_p2p"))))]
     allrows = pl.concat(parts)
     counts = allrows.filter(pl.col("instance").is_not_null()).group_by("instance").agg(

@@ -5,6 +5,8 @@ from __future__ import annotations
 import html as html_lib
 
 from ..analysis import Analysis
+from .dimensions import COLUMNS as DIM_COLUMNS
+from .dimensions import summary as dim_summary
 from .markdown import COLLECTIVE_COLUMNS, RANK_COLUMNS, TOP_COLLECTIVES, cell
 from .verdict import headline
 
@@ -60,6 +62,11 @@ def render(a: Analysis) -> str:
                      "profiled steps.</p>")
         rows = [[cell(r.get(k)) for k, _ in RANK_COLUMNS] for r in a.ranks.to_dicts()]
         parts.append(html_table([h for _, h in RANK_COLUMNS], rows))
+    dims = dim_summary(a)
+    if dims:
+        parts.append("<h2>Per parallelism dimension</h2><p class=\"muted\">Mean per participating rank.</p>")
+        parts.append(html_table([h for _, h, _ in DIM_COLUMNS], [[cell(r.get(k), d) for k, _, d in DIM_COLUMNS]
+                                                                  for r in dims]))
     if a.collectives.height:
         top = a.collectives.sort("total_wait_ms", descending=True, nulls_last=True).head(TOP_COLLECTIVES)
         parts.append(f"<h2>Top {top.height} collectives by wait</h2>")

@@ -28,8 +28,12 @@ STEP_FIELDS = (
 COLLECTIVE_FIELDS = (
     "pg", "seq", "op", "step", "bytes", "ranks", "group_size", "transfer_ms", "max_wait_ms", "total_wait_ms",
     "last_rank", "arrival_skew_ms", "end_skew_ms", "algbw_gbps", "busbw_gbps", "start_ms", "has_meta",
-    "match_rule", "partial",
+    "match_rule", "partial", "dimension", "intra_node",
 )
+
+PROCESS_GROUP_FIELDS = ("pg", "desc", "ranks", "size", "dimension", "dimension_source", "guess", "intra_node")
+DIMENSION_FIELDS = ("rank", "dimension", "comm_ms", "exposed_comm_ms", "exposed_wait_ms", "exposed_transfer_ms",
+                    "wait_ms", "root_caused_wait_ms", "busbw_gbps_p50")
 
 
 def clean(value: Any) -> Any:
@@ -90,6 +94,8 @@ def to_dict(a: Analysis) -> dict:
             "uncertainty_us": fit.uncertainty_ns / 1e3 if fit.uncertainty_ns is not None else None,
             "instances": fit.instances,
         }),
+        "process_groups": _records(a.process_groups, PROCESS_GROUP_FIELDS) if a.process_groups is not None else [],
+        "dimensions": _records(a.dimensions, DIMENSION_FIELDS) if a.dimensions is not None else [],
         "matching": clean(a.matching),
         "warnings": list(a.warnings),
     }

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from ..analysis import Analysis
+from .dimensions import COLUMNS as DIM_COLUMNS
+from .dimensions import summary as dim_summary
 from .verdict import headline
 
 # (ranks column, header): the key numbers a reviewer needs, in the text report's order
@@ -49,6 +51,11 @@ def render(a: Analysis) -> str:
         lines += ["### Per rank", "", "_Whole captured window; step time is the mean over profiled steps._", ""]
         rows = [[cell(r.get(k)) for k, _ in RANK_COLUMNS] for r in a.ranks.to_dicts()]
         lines += table([h for _, h in RANK_COLUMNS], rows) + [""]
+    dims = dim_summary(a)
+    if dims:
+        lines += ["### Per parallelism dimension", "", "_Mean per participating rank._", ""]
+        lines += table([h for _, h, _ in DIM_COLUMNS], [[cell(r.get(k), d) for k, _, d in DIM_COLUMNS] for r in dims])
+        lines.append("")
     if a.collectives.height:
         top = a.collectives.sort("total_wait_ms", descending=True, nulls_last=True).head(TOP_COLLECTIVES)
         lines += [f"### Top {top.height} collectives by wait", ""]
@@ -56,9 +63,11 @@ def render(a: Analysis) -> str:
         lines += table([h for _, h, _ in COLLECTIVE_COLUMNS], rows) + [""]
     if a.bandwidth.height:
         lines += ["<details><summary>Bandwidth by operation and size</summary>", ""]
-        rows = [[cell(r["op"]), cell(r["size_bucket"]), cell(r["count"]), cell(r["transfer_ms_p50"], 3),
-                 cell(r["algbw_gbps_p50"], 2), cell(r["busbw_gbps_p50"], 2)] for r in a.bandwidth.to_dicts()]
-        lines += table(["op", "size (bytes)", "count", "transfer ms p50", "algbw GB/s p50", "busbw GB/s p50"], rows)
+        rows = [[cell(r["op"]), cell(r["size_bucket"]), cell(r.get("intra_node")), cell(r["count"]),
+                 cell(r["transfer_ms_p50"], 3), cell(r["algbw_gbps_p50"], 2), cell(r["busbw_gbps_p50"], 2)]
+                for r in a.bandwidth.to_dicts()]
+        lines += table(["op", "size (bytes)", "intra-node", "count", "transfer ms p50", "algbw GB/s p50",
+                        "busbw GB/s p50"], rows)
         lines += ["", "</details>", ""]
     if a.warnings:
         lines += ["### Warnings", ""] + [f"- {w}" for w in a.warnings] + [""]

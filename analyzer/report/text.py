@@ -8,6 +8,8 @@ from rich.console import Console
 from rich.table import Table
 
 from ..analysis import Analysis
+from .dimensions import COLUMNS as DIM_COLUMNS
+from .dimensions import summary as dim_summary
 from .verdict import headline
 
 
@@ -38,6 +40,10 @@ def render(a: Analysis, width: int = 140, color: bool = False, show_steps: bool 
                      ("comm_ms", "comm ms"), ("exposed_comm_ms", "exposed ms"), ("exposed_wait_ms", "  of it wait"),
                      ("idle_ms", "idle ms"), ("wait_ms", "wait ms"), ("caused_wait_ms", "caused ms")]
         con.print(_table("Per step", step_cols, a.steps.to_dicts()))
+    dims = dim_summary(a)
+    if dims:
+        con.print(_table("Per parallelism dimension (mean per participating rank)", [(k, h) for k, h, _ in DIM_COLUMNS],
+                         dims))
     if a.collectives.height:
         top = a.collectives.sort("total_wait_ms", descending=True, nulls_last=True).head(10)
         ct = Table(title="Collectives with the most waiting", title_justify="left")
@@ -49,11 +55,13 @@ def render(a: Analysis, width: int = 140, color: bool = False, show_steps: bool 
         con.print(ct)
     if a.bandwidth.height:
         bt = Table(title="Bandwidth by operation and size", title_justify="left")
-        for label in ("op", "size", "count", "transfer ms p50", "algbw GB/s p50", "busbw GB/s p50"):
+        for label in ("op", "size", "intra-node", "count", "transfer ms p50", "algbw GB/s p50", "busbw GB/s p50"):
             bt.add_column(label, justify="right")
         for r in a.bandwidth.to_dicts():
-            bt.add_row(r["op"], _size(r["size_bucket"]), _f(r["count"]), _f(r["transfer_ms_p50"], 3),
-                       _f(r["algbw_gbps_p50"], 2), _f(r["busbw_gbps_p50"], 2))
+            intra = r.get("intra_node")
+            bt.add_row(r["op"], _size(r["size_bucket"]), "-" if intra is None else "yes" if intra else "no",
+                       _f(r["count"]), _f(r["transfer_ms_p50"], 3), _f(r["algbw_gbps_p50"], 2),
+                       _f(r["busbw_gbps_p50"], 2))
         con.print(bt)
     fit = a.clock
     if fit.method != "none":
