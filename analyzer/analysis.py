@@ -8,7 +8,7 @@ import polars as pl
 
 from . import align, match
 from .collectives import bus_factor_expr
-from .metrics import dimensions, overlap, stragglers, waits
+from .metrics import dimensions, overlap, pipeline, stragglers, waits
 from .model import TraceSet
 
 NS_PER_MS = 1e6
@@ -29,6 +29,7 @@ class Analysis:
     traces: TraceSet  # for timelines (dashboard); presenters read tables above for numbers
     process_groups: pl.DataFrame | None = None  # one row per group, with its parallelism dimension
     dimensions: pl.DataFrame | None = None  # per (rank, dimension) (ms)
+    pipeline: dict | None = None  # per pipeline stage: bubbles, recv waits (metrics.pipeline.analyze)
 
 
 def _ms(cols: list[str]) -> list[pl.Expr]:
@@ -74,6 +75,15 @@ def analyze(ts: TraceSet, dims: dimensions.Options | None = None) -> Analysis:
     itable = itable.join(drows.group_by("instance").agg(pl.col("dimension").first(), pl.col("intra_node").first()),
                          on="instance", how="left")
 
+    step_windows = per_step.select("rank", "step", "start_ns", (pl.col("start_ns") + pl.col("span_ns")).alias("end_ns"))
+    if step_windows.height == 0:  # no step markers: the whole window is one step
+        step_windows = totals.select("rank", pl.lit(-1, dtype=pl.Int64).alias("step"), pl.col("window_start_ns").alias(
+            "start_ns"), (pl.col("window_start_ns") + pl.col("span_ns")).alias("end_ns"))
+    offsets = pl.DataFrame({"rank": list(fit.offsets_ns), "off_ns": list(fit.offsets_ns.values())},
+                           schema={"rank": pl.Int32, "off_ns": pl.Float64})
+    pipe = pipeline.analyze(drows, ts.gpu, step_windows, offsets,
+                            dims.layout.stage(pl.col("rank")) if dims.layout else None)
+
     rank_df = _rank_frame(totals, per_step, split, order)
     step_df = _step_frame(per_step, split, matched)
     coll_df = _collective_frame(itable)
@@ -107,7 +117,7 @@ def analyze(ts: TraceSet, dims: dimensions.Options | None = None) -> Analysis:
     return Analysis(
         source=source, ranks=rank_df, steps=step_df, collectives=coll_df, bandwidth=bw, ranking=order,
         verdict=verdict, clock=fit, matching=matching, warnings=tuple(warnings), traces=ts,
-        process_groups=groups, dimensions=dim_df,
+        process_groups=groups, dimensions=dim_df, pipeline=pipe,
     )
 
 

@@ -416,7 +416,7 @@ def _comm_meta(c: Collective, op: str, pg: ProcessGroup, rank: int, peer: int | 
         "Collective name": _OP_INFO[op][0],
         "Process Group Description": pg.desc,
         "dtype": "Float",
-        "Rank": rank if peer is None else peer,
+        "Rank": rank if peer is None else pg.ranks.index(peer),  # p2p: the peer's rank in the group
         "Input Strides": [[[1]], [], [], [], [], [], [], [], [], []],
         "Concrete Inputs": ["", "", "", str(rank), "", "[]", "[]", "0", "1", str(n)],
         "Out msg nelems": out_n,
@@ -755,7 +755,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-distributed-info", action="store_true")
     p.add_argument("--no-gpu-step-annotations", action="store_true")
     p.add_argument("--no-truth", action="store_true", help="do not write ground_truth.json")
+    p.add_argument("--pp", type=int, default=1, help="pipeline stages: a TP x DP x PP 1F1B job (sample_traces.pipeline_job)")
+    p.add_argument("--microbatches", type=int, default=8, help="micro-batches per step with --pp")
     a = p.parse_args(argv)
+    if a.pp > 1:
+        return _pipeline_main(a)
     offsets = host_offsets(a.ranks, a.gpus_per_host, a.host_offset) if a.host_offset else {}
     for r, d in a.clock_offset:
         offsets[r] = offsets.get(r, 0) + d
@@ -783,6 +787,22 @@ def main(argv: list[str] | None = None) -> int:
     paths = write_kineto(wl, a.out_dir, gzip=a.gzip)
     if not a.no_truth:
         paths.append(write_truth(wl, a.out_dir / "ground_truth.json"))
+    for path in paths:
+        print(path)
+    return 0
+
+
+def _pipeline_main(a: argparse.Namespace) -> int:
+    from .pipeline_job import PipelineScenario, build_pipeline, write_pipeline_truth  # imports this module
+
+    if a.ranks % (a.tp * a.pp):
+        print(f"error: ranks ({a.ranks}) must be a multiple of tp x pp ({a.tp * a.pp})", file=sys.stderr)
+        return 2
+    ps = PipelineScenario(tp=a.tp, dp=a.ranks // (a.tp * a.pp), pp=a.pp, microbatches=a.microbatches, steps=a.steps)
+    wl, truth = build_pipeline(ps)
+    paths = write_kineto(wl, a.out_dir, gzip=a.gzip)
+    if not a.no_truth:
+        paths.append(write_pipeline_truth(ps, truth, a.out_dir / "ground_truth.json"))
     for path in paths:
         print(path)
     return 0

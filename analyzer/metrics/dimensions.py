@@ -5,8 +5,8 @@ A group's dimension comes, in order of trust, from ``--layout`` (the axis along 
 coordinates differ, Megatron's rank order by default), from its description (torch DeviceMesh
 ``mesh_tp``/``mesh_dp_shard``, Megatron-core ``TENSOR_MODEL_PARALLEL_GROUP``, DeepSpeed
 ``_DATA_PARALLEL_GROUP``, NCCL communicator names), else from its membership geometry (a labelled
-guess: the whole world; contiguous stride-1 ranks inside one host: tp; a constant stride: dp; a
-2-rank group that only carries send/recv: pp). Send/recv pairs count under pp unless the layout or
+guess: the whole world; a group that only carries send/recv: pp; contiguous stride-1 ranks inside
+one host: tp; a constant stride: dp). Send/recv pairs count under pp unless the layout or
 their group's description says otherwise.
 """
 
@@ -19,9 +19,9 @@ import numpy as np
 import polars as pl
 
 from ..collectives import bus_factor_expr
-from ..coverage import Coverage
 from ..errors import UsageError
 from ..timeline import union
+from .flat import FlatAxis
 
 DIMENSIONS = ("tp", "cp", "ep", "dp", "fsdp", "pp", "world", "unknown")
 MEGATRON_ORDER = ("tp", "cp", "ep", "dp", "pp")  # fastest-varying first (Megatron's "tp-cp-ep-dp-pp")
@@ -194,7 +194,7 @@ def _classify(g: pl.DataFrame, world: int, hosts: pl.DataFrame | None, opts: Opt
     stride = pl.col("_strides").list.first()
     geometry = (
         pl.when(pl.col("size") >= world).then(pl.lit("world"))
-        .when(pl.col("_p2p_only") & (pl.col("size") == 2)).then(pl.lit("pp"))
+        .when(pl.col("_p2p_only")).then(pl.lit("pp"))
         .when(one_stride & (stride == 1) & intra.fill_null(False)).then(pl.lit("tp"))
         .when(one_stride & (stride > 1)).then(pl.lit("dp"))
         .otherwise(pl.lit("unknown"))
@@ -289,19 +289,12 @@ def per_rank(rows: pl.DataFrame, gpu: pl.DataFrame, ranks: list[int]) -> pl.Data
               "root_caused_wait_ms": pl.Float64, "busbw_gbps_p50": pl.Float64}
     if rows.height == 0:
         return pl.DataFrame(schema=schema)
-    span = gpu.group_by("rank").agg(pl.col("start_ns").min().alias("_o"), pl.col("end_ns").max().alias("_e"))
-    stride = int((span["_e"] - span["_o"]).max()) + 1
-    span = span.select("rank", (pl.col("rank").cast(pl.Int64) * stride - pl.col("_o")).alias("_shift"))
-
-    def flat(df: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-        d = df.join(span, on="rank", how="left")
-        return (d["start_ns"] + d["_shift"]).to_numpy(), (d["end_ns"] + d["_shift"]).to_numpy()
-
-    compute = Coverage.of(*flat(gpu.filter(pl.col("kind") == "compute").select("rank", "start_ns", "end_ns")))
+    axis = FlatAxis.of(gpu)
+    compute = axis.coverage(gpu.filter(pl.col("kind") == "compute"))
     segs = union(rows.select("rank", "dimension", "start_ns", "end_ns"), by=["rank", "dimension"])
-    a, b = flat(segs)
+    a, b = axis.map(segs)
     segs = segs.with_columns(pl.Series("_len", b - a), pl.Series("_exp", (b - a) - compute.within(a, b)))
-    a, b = flat(rows)
+    a, b = axis.map(rows)
     dur = (b - a).astype(np.float64)
     kexp = dur - compute.within(a, b)
     wait = rows["wait_ns"].fill_null(0).to_numpy().astype(np.float64)

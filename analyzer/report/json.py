@@ -96,9 +96,21 @@ def to_dict(a: Analysis) -> dict:
         }),
         "process_groups": _records(a.process_groups, PROCESS_GROUP_FIELDS) if a.process_groups is not None else [],
         "dimensions": _records(a.dimensions, DIMENSION_FIELDS) if a.dimensions is not None else [],
+        "pipeline": _pipeline(a.pipeline),
         "matching": clean(a.matching),
         "warnings": list(a.warnings),
     }
+
+
+PIPELINE_STAGE_FIELDS = ("stage", "ranks", "step_ms", "compute_ms", "bubble_ms", "bubble_pct", "warmup_bubble_ms",
+                         "steady_bubble_ms", "cooldown_bubble_ms", "recv_wait_ms", "caused_wait_ms")
+
+
+def _pipeline(p: dict | None) -> dict | None:
+    if p is None:
+        return None
+    head = {k: p[k] for k in ("stage_source", "steps", "chains", "bottleneck_stage")}
+    return clean({**head, "stages": _records(p["stages"], PIPELINE_STAGE_FIELDS)})
 
 
 def render(a: Analysis) -> str:

@@ -44,6 +44,14 @@ def render(a: Analysis, width: int = 140, color: bool = False, show_steps: bool 
     if dims:
         con.print(_table("Per parallelism dimension (mean per participating rank)", [(k, h) for k, h, _ in DIM_COLUMNS],
                          dims))
+    if a.pipeline is not None:
+        p = a.pipeline
+        pcols = [("stage", "stage"), ("ranks", "ranks"), ("step_ms", "step ms"), ("bubble_ms", "bubble ms"),
+                 ("bubble_pct", "bubble %"), ("warmup_bubble_ms", "  warm-up"), ("steady_bubble_ms", "  steady"),
+                 ("cooldown_bubble_ms", "  cool-down"), ("recv_wait_ms", "recv wait ms")]
+        rows = [{**r, "ranks": _ranks_text(r["ranks"])} for r in p["stages"].to_dicts()]
+        neck = "" if p["bottleneck_stage"] is None else f"; stage {p['bottleneck_stage']} sets the pace"
+        con.print(_table(f"Pipeline (per rank and step; stages from {p['stage_source']}{neck})", pcols, rows))
     if a.collectives.height:
         top = a.collectives.sort("total_wait_ms", descending=True, nulls_last=True).head(10)
         ct = Table(title="Collectives with the most waiting", title_justify="left")
@@ -80,6 +88,10 @@ def _table(title: str, cols: list[tuple[str, str]], rows: list[dict]) -> Table:
     for row in rows:
         t.add_row(*[_f(row.get(k)) for k, _ in cols])
     return t
+
+
+def _ranks_text(ranks: list[int]) -> str:
+    return ",".join(map(str, ranks[:6])) + (f",... ({len(ranks)})" if len(ranks) > 6 else "")
 
 
 def _size(n: int | None) -> str:

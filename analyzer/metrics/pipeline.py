@@ -1,0 +1,174 @@
+"""Pipeline parallelism: stages, bubbles and who makes whom wait, from matched send/recv pairs.
+
+Stages come from ``--layout`` (the pp coordinate) or from the p2p topology: ranks linked by matched
+pairs form chains; a chain starts at the end rank whose first transfer of the step is a send.
+
+Bubble (per rank and step) = the step's GPU span minus the time the GPU did useful work: compute,
+collectives, memcpy/memset and the transfer part of each send/recv (its last ``transfer`` ns); so
+idle time and waiting on a peer count. It is split by the pipeline's phases, taken from the chain's
+last stage: warm-up until it starts its first compute after its first recv (the pipeline is full),
+cool-down after its last compute ends (it is drained). Boundaries move between ranks on the aligned clock.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from .flat import FlatAxis
+
+P2P_RULES = ("p2p_peer", "p2p_pair")
+USEFUL_KINDS = ("compute", "memcpy", "memset")
+
+
+def stages(pairs: pl.DataFrame, layout_stage: pl.Expr | None) -> tuple[pl.DataFrame, str] | None:
+    """rank, stage, chain (the chain's first rank); None when the pairs form no chain."""
+    ranks = pairs.select("rank").unique()
+    if layout_stage is not None:
+        out = ranks.with_columns(layout_stage.cast(pl.Int32).alias("stage"))
+        # a chain: the ranks that differ only in their stage (same tp/dp coordinates) share the stage-0 rank
+        first = pairs.select("rank", "_peer").unique()
+        return _chains_from_stage(out, first), "layout"
+    edges = pairs.select("rank", "_peer").unique()
+    degree = edges.group_by("rank").agg(pl.len().alias("deg"))
+    first_op = pairs.sort("start_ns").group_by("rank").agg(pl.col("op").first().alias("first"))
+    start = degree.join(first_op, on="rank").filter((pl.col("deg") == 1) & (pl.col("first") == "send"))
+    if start.height == 0:
+        return None
+    assigned = start.select("rank", pl.lit(0, dtype=pl.Int32).alias("stage"), pl.col("rank").alias("chain"))
+    frontier = assigned
+    for k in range(1, pairs["rank"].n_unique() + 1):  # one pass per stage, vectorized over chains
+        nxt = (frontier.join(edges, on="rank").select(pl.col("_peer").alias("rank"), "chain")
+               .join(assigned.select("rank"), on="rank", how="anti").unique("rank", keep="first")
+               .with_columns(pl.lit(k, dtype=pl.Int32).alias("stage")).select("rank", "stage", "chain"))
+        if nxt.height == 0:
+            break
+        assigned = pl.concat([assigned, nxt])
+        frontier = nxt
+    if assigned["stage"].max() < 1:
+        return None
+    return assigned.with_columns(pl.col("rank").cast(pl.Int32), pl.col("chain").cast(pl.Int32)), "p2p"
+
+
+def _chains_from_stage(st: pl.DataFrame, edges: pl.DataFrame) -> pl.DataFrame:
+    """Chain id by walking p2p edges down to stage 0 (layout known, so stage is given)."""
+    chain = st.filter(pl.col("stage") == 0).select("rank", pl.col("rank").alias("chain"))
+    for k in range(1, int(st["stage"].max() or 0) + 1):
+        nxt = (edges.join(chain, left_on="_peer", right_on="rank").select("rank", "chain")
+               .join(st.filter(pl.col("stage") == k).select("rank"), on="rank").unique("rank", keep="first"))
+        chain = pl.concat([chain, nxt.select(pl.col("rank").cast(chain.schema["rank"]), "chain")])
+    return st.join(chain, on="rank", how="left").with_columns(pl.coalesce("chain", "rank").cast(pl.Int32).alias("chain"),
+                                                                pl.col("rank").cast(pl.Int32))
+
+
+def analyze(rows: pl.DataFrame, gpu: pl.DataFrame, windows: pl.DataFrame, offsets: pl.DataFrame,
+            layout_stage: pl.Expr | None = None) -> dict | None:
+    """The ``pipeline`` report: per stage bubbles and waits; None without matched send/recv chains.
+
+    ``rows``: comm kernels (waits.per_row, with ``match_rule``); ``windows``: rank, step, start_ns, end_ns
+    (GPU step windows); ``offsets``: rank, off_ns (subtract to reach the reference clock).
+    """
+    pairs = rows.filter(pl.col("match_rule").is_in(P2P_RULES))
+    if pairs.height == 0 or windows.height == 0:
+        return None
+    pairs = pairs.with_columns((pl.col("rank").sum().over("instance") - pl.col("rank")).cast(pl.Int32).alias("_peer"))
+    got = stages(pairs, layout_stage)
+    if got is None:
+        return None
+    st, source = got
+    axis = FlatAxis.of(gpu)
+    useful_rows = pl.concat([
+        gpu.filter(pl.col("kind").is_in(USEFUL_KINDS)).select("rank", "start_ns", "end_ns"),
+        rows.filter(~pl.col("match_rule").is_in(P2P_RULES).fill_null(True)).select("rank", "start_ns", "end_ns"),
+        pairs.select("rank", (pl.col("end_ns") - pl.col("transfer_ns")).alias("start_ns"), "end_ns"),
+    ])
+    useful = axis.coverage(useful_rows)
+    win = windows.join(st, on="rank").join(offsets, on="rank", how="left").with_columns(pl.col("off_ns").fill_null(0.0))
+    bounds = _phase_bounds(pairs, gpu, win)
+    win = win.join(bounds, on=["chain", "step"], how="left").with_columns(
+        # the last stage's boundaries on this rank's clock, clipped to the window
+        *[(pl.col(c) + pl.col("off_ns")).round().cast(pl.Int64).clip(pl.col("start_ns"), pl.col("end_ns"))
+          .fill_null(pl.col("start_ns") if c == "full_start" else pl.col("end_ns")).alias(c)
+          for c in ("full_start", "full_end")]
+    )
+    cuts = [("start_ns", "full_start"), ("full_start", "full_end"), ("full_end", "end_ns")]
+    parts = {}
+    for i, (a_col, b_col) in enumerate(cuts):  # three phases, not a loop over ranks
+        a, b = axis.map(win, a_col, b_col)
+        parts[f"_b{i}"] = (b - a) - useful.within(a, b)
+    a, b = axis.map(win)
+    parts["_compute"] = axis.coverage(gpu.filter(pl.col("kind") == "compute")).within(a, b)
+    win = win.with_columns(*[pl.Series(k, v) for k, v in parts.items()]).with_columns(
+        (pl.col("_b0") + pl.col("_b1") + pl.col("_b2")).alias("bubble_ns"),
+        (pl.col("end_ns") - pl.col("start_ns")).alias("span_ns"),
+    )
+    recv_wait = pairs.filter(pl.col("op") == "recv").group_by("rank").agg(pl.col("wait_ns").sum().alias("recv_wait_ns"))
+    caused = (
+        pairs.filter(pl.col("rank") != pl.col("last_rank")).group_by("last_rank").agg(pl.col("wait_ns").sum().alias("c"))
+        .join(st.select(pl.col("rank").alias("last_rank"), "stage"), on="last_rank").group_by("stage")
+        .agg(pl.col("c").sum().alias("caused_wait_ns"))
+    )
+    n_steps = win.select(pl.col("step").n_unique()).item()
+    per_rank = win.group_by("rank", "stage").agg(
+        pl.col("bubble_ns").sum(), pl.col("span_ns").sum(), pl.col("_b0").sum(), pl.col("_b1").sum(),
+        pl.col("_b2").sum(), pl.col("_compute").sum(), pl.col("step").n_unique().alias("steps"),
+    ).join(recv_wait, on="rank", how="left").with_columns(pl.col("recv_wait_ns").fill_null(0))
+    per_step = 1e6 * pl.col("steps")
+    table = per_rank.group_by("stage").agg(
+        pl.col("rank").sort().alias("ranks"),
+        (pl.col("bubble_ns") / per_step).mean().alias("bubble_ms"),
+        (100.0 * pl.col("bubble_ns").sum() / pl.col("span_ns").sum()).alias("bubble_pct"),
+        (pl.col("_b0") / per_step).mean().alias("warmup_bubble_ms"),
+        (pl.col("_b1") / per_step).mean().alias("steady_bubble_ms"),
+        (pl.col("_b2") / per_step).mean().alias("cooldown_bubble_ms"),
+        (pl.col("recv_wait_ns") / per_step).mean().alias("recv_wait_ms"),
+        (pl.col("span_ns") / per_step).mean().alias("step_ms"),
+        (pl.col("_compute") / per_step).mean().alias("compute_ms"),
+    ).join(caused, on="stage", how="left").with_columns(
+        (pl.col("caused_wait_ns").fill_null(0) / 1e6 / n_steps).alias("caused_wait_ms")
+    ).drop("caused_wait_ns").sort("stage")
+    return {
+        "stage_source": source,
+        "steps": n_steps,
+        "chains": st["chain"].n_unique(),
+        "bottleneck_stage": bottleneck(table),
+        "stages": table,
+        "rank_steps": win.select("rank", "stage", "chain", "step", "start_ns", "end_ns", "bubble_ns",
+                                 pl.col("_b0").alias("warmup_bubble_ns"), pl.col("_b1").alias("steady_bubble_ns"),
+                                 pl.col("_b2").alias("cooldown_bubble_ns")).sort("rank", "step"),
+    }
+
+
+def bottleneck(table: pl.DataFrame, margin: float = 0.01) -> int | None:
+    """The stage with the most compute per step sets the pipeline's pace (the others wait for it).
+
+    Not the last arriver of each transfer: a stage waiting on a slow neighbour arrives late at the
+    other side too, and would be blamed for what it only passed on. None when the top two are within
+    ``margin`` of each other (a balanced pipeline).
+    """
+    top = table.sort("compute_ms", descending=True)
+    if top.height < 2 or top["compute_ms"][0] is None:
+        return None
+    first, second = float(top["compute_ms"][0]), float(top["compute_ms"][1])
+    return int(top["stage"][0]) if first > second * (1 + margin) else None
+
+
+def _phase_bounds(pairs: pl.DataFrame, gpu: pl.DataFrame, win: pl.DataFrame) -> pl.DataFrame:
+    """Per (chain, step), on the reference clock: when the last stage starts working and when it ends."""
+    last = win.filter(pl.col("stage") == pl.col("stage").max().over("chain"))
+    lw = last.select("rank", "chain", "step", pl.col("start_ns").alias("ws"), pl.col("end_ns").alias("we"), "off_ns")
+    recv = pairs.filter(pl.col("op") == "recv").join(lw.select("rank").unique(), on="rank").select("rank", "end_ns")
+    first_recv = (
+        recv.sort("end_ns")
+        .join_asof(lw.sort("ws"), left_on="end_ns", right_on="ws", by="rank", strategy="backward", check_sortedness=False)
+        .filter(pl.col("end_ns") <= pl.col("we")).group_by("chain", "step").agg(pl.col("end_ns").min().alias("_r"))
+    )
+    comp = gpu.filter(pl.col("kind") == "compute").join(lw.select("rank").unique(), on="rank").sort("start_ns")
+    comp = comp.join_asof(lw.sort("ws"), left_on="start_ns", right_on="ws", by="rank", strategy="backward",
+                          check_sortedness=False).filter(pl.col("start_ns") < pl.col("we"))
+    comp = comp.join(first_recv, on=["chain", "step"], how="left")
+    out = comp.group_by("chain", "step").agg(
+        pl.col("start_ns").filter(pl.col("start_ns") >= pl.col("_r").fill_null(0)).min().alias("full_start"),
+        pl.col("end_ns").max().alias("full_end"),
+        pl.col("off_ns").first(),
+    )
+    return out.select("chain", "step", *[(pl.col(c) - pl.col("off_ns")).alias(c) for c in ("full_start", "full_end")])
