@@ -8,7 +8,7 @@ import polars as pl
 
 from . import align, match
 from .collectives import bus_factor_expr
-from .metrics import dimensions, overlap, pipeline, stragglers, waits
+from .metrics import dimensions, experts, overlap, pipeline, stragglers, waits
 from .model import TraceSet
 
 NS_PER_MS = 1e6
@@ -30,6 +30,7 @@ class Analysis:
     process_groups: pl.DataFrame | None = None  # one row per group, with its parallelism dimension
     dimensions: pl.DataFrame | None = None  # per (rank, dimension) (ms)
     pipeline: dict | None = None  # per pipeline stage: bubbles, recv waits (metrics.pipeline.analyze)
+    experts: dict | None = None  # all-to-all(v) bytes per peer and imbalance (metrics.experts.analyze)
 
 
 def _ms(cols: list[str]) -> list[pl.Expr]:
@@ -117,7 +118,7 @@ def analyze(ts: TraceSet, dims: dimensions.Options | None = None) -> Analysis:
     return Analysis(
         source=source, ranks=rank_df, steps=step_df, collectives=coll_df, bandwidth=bw, ranking=order,
         verdict=verdict, clock=fit, matching=matching, warnings=tuple(warnings), traces=ts,
-        process_groups=groups, dimensions=dim_df, pipeline=pipe,
+        process_groups=groups, dimensions=dim_df, pipeline=pipe, experts=experts.analyze(drows),
     )
 
 

@@ -113,6 +113,8 @@ class Collective:
     ``after``: how many of the step's compute kernels finish before it is launched (None: spread evenly).
     Point-to-point (``send``/``recv``): ``peers=(src, dst)`` in the single group; src sends, dst receives.
     ``bytes`` follows nccl-tests: the full buffer (output of all_gather, input of reduce_scatter).
+    ``splits`` (all_to_all, expert dispatch): ``splits[i][j]`` rows of ``SPLIT_ROW_ELEMS`` floats that
+    group rank i sends to group rank j (recorded as "In split size"/"Out split size"; bytes follow).
     """
 
     op: str = "all_reduce"
@@ -121,6 +123,10 @@ class Collective:
     groups: tuple[str, ...] = ("0",)
     after: int | None = None
     peers: tuple[int, int] | None = None
+    splits: tuple[tuple[int, ...], ...] | None = None
+
+
+SPLIT_ROW_ELEMS = 1024  # elements per dim-0 row of an all_to_all(v) split
 
 
 @dataclass(frozen=True)
@@ -246,6 +252,11 @@ def _validate(sc: Scenario) -> None:
             if seen & set(pgs[g].ranks):
                 raise ValueError("a collective's groups must not share ranks")
             seen |= set(pgs[g].ranks)
+        if c.splits is not None:
+            sizes = {len(pgs[g].ranks) for g in c.groups}
+            if c.op != "all_to_all" or len(sizes) != 1 or any(len(r) != len(c.splits) for r in c.splits) \
+                    or len(c.splits) != sizes.pop() or min(min(r) for r in c.splits) < 0:
+                raise ValueError("splits: an all_to_all's n x n non-negative matrix, n its group's size")
         if c.op in ("send", "recv"):
             ok = c.peers is not None and len(c.groups) == 1 and c.peers[0] != c.peers[1]
             if not ok or not set(c.peers or ()) <= set(pgs[c.groups[0]].ranks):
@@ -411,6 +422,12 @@ def _comm_meta(c: Collective, op: str, pg: ProcessGroup, rank: int, peer: int | 
         in_n = nel // n
     elif op == "reduce_scatter":
         out_n = nel // n
+    ins_split: list[int] = []
+    outs_split: list[int] = []
+    if c.splits is not None and op == "all_to_all":
+        gi = pg.ranks.index(rank)
+        ins_split, outs_split = list(c.splits[gi]), [row[gi] for row in c.splits]
+        in_n, out_n = sum(ins_split) * SPLIT_ROW_ELEMS, sum(outs_split) * SPLIT_ROW_ELEMS
     stride = pg.ranks[1] - pg.ranks[0] if n > 1 else 1
     meta: dict = {
         "Collective name": _OP_INFO[op][0],
@@ -423,8 +440,8 @@ def _comm_meta(c: Collective, op: str, pg: ProcessGroup, rank: int, peer: int | 
         "Process Group Name": pg.name,
         "Input type": _INPUT_TYPES,
         "Global rank stride": stride,
-        "Out split size": "[]",
-        "In split size": "[]",
+        "Out split size": _ranks_str(tuple(outs_split)),
+        "In split size": _ranks_str(tuple(ins_split)),
         "Process Group Ranks": _ranks_str(pg.ranks),
         "Group size": n,
         "Input Dims": [[[in_n]], [], [], [], [], [], [], [], [], []],

@@ -97,6 +97,7 @@ def to_dict(a: Analysis) -> dict:
         "process_groups": _records(a.process_groups, PROCESS_GROUP_FIELDS) if a.process_groups is not None else [],
         "dimensions": _records(a.dimensions, DIMENSION_FIELDS) if a.dimensions is not None else [],
         "pipeline": _pipeline(a.pipeline),
+        "experts": _experts(a.experts),
         "matching": clean(a.matching),
         "warnings": list(a.warnings),
     }
@@ -111,6 +112,14 @@ def _pipeline(p: dict | None) -> dict | None:
         return None
     head = {k: p[k] for k in ("stage_source", "steps", "chains", "bottleneck_stage")}
     return clean({**head, "stages": _records(p["stages"], PIPELINE_STAGE_FIELDS)})
+
+
+def _experts(e: dict | None) -> dict | None:
+    if e is None:
+        return None
+    head = {k: e[k] for k in ("instances", "imbalance_p50", "imbalance_max", "top_receiver")}
+    tables = {k: _records(e[k], tuple(e[k].columns)) for k in ("per_instance", "ranks", "peers")}
+    return clean({**head, **tables})
 
 
 def render(a: Analysis) -> str:

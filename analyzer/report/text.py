@@ -52,6 +52,11 @@ def render(a: Analysis, width: int = 140, color: bool = False, show_steps: bool 
         rows = [{**r, "ranks": _ranks_text(r["ranks"])} for r in p["stages"].to_dicts()]
         neck = "" if p["bottleneck_stage"] is None else f"; stage {p['bottleneck_stage']} sets the pace"
         con.print(_table(f"Pipeline (per rank and step; stages from {p['stage_source']}{neck})", pcols, rows))
+    if a.experts is not None:
+        e = a.experts
+        con.print(f"Expert all-to-all: {e['instances']} instances with split sizes; received bytes max/mean "
+                  f"p50 {_f(e['imbalance_p50'], 2)}, max {_f(e['imbalance_max'], 2)}; rank {e['top_receiver']} "
+                  "receives most")
     if a.collectives.height:
         top = a.collectives.sort("total_wait_ms", descending=True, nulls_last=True).head(10)
         ct = Table(title="Collectives with the most waiting", title_justify="left")
