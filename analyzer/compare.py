@@ -96,10 +96,11 @@ class Comparison:
     bandwidth: tuple[Delta, ...]
     straggler: StragglerChange
     notes: tuple[str, ...] = field(default_factory=tuple)
+    dimensions: tuple[Delta, ...] = ()  # per parallelism dimension; scope "TP", "DP", ...
 
     @property
     def deltas(self) -> tuple[Delta, ...]:
-        return self.overall + self.per_rank + self.bandwidth
+        return self.overall + self.per_rank + self.bandwidth + self.dimensions
 
     @property
     def regressions(self) -> tuple[Delta, ...]:
@@ -294,7 +295,30 @@ def compare(base: Analysis, new: Analysis, thresholds: Thresholds = DEFAULTS) ->
     return Comparison(
         base=base.source, new=new.source, thresholds=th, overall=overall, per_rank=per_rank, bandwidth=bandwidth,
         straggler=_straggler(base, new, th, floor_ms), notes=tuple(notes),
+        dimensions=_dimension_deltas(base, new, th, floor_ms),
     )
+
+
+DIMENSION_METRICS = ("exposed_comm_ms", "exposed_wait_ms")
+
+
+def _dimension_samples(a: Analysis) -> dict[str, pl.DataFrame]:
+    """Per dimension: each participating rank's value per step (its whole-window total / its steps)."""
+    if a.dimensions is None or a.dimensions.height == 0:
+        return {}
+    steps = a.ranks.select("rank", pl.col("steps").clip(lower_bound=1).alias("_n"))
+    per = a.dimensions.join(steps, on="rank", how="left").with_columns(
+        *[(pl.col(m) / pl.col("_n").fill_null(1)).alias(m) for m in DIMENSION_METRICS])
+    return {str(d): part for (d,), part in per.partition_by("dimension", as_dict=True).items()}
+
+
+def _dimension_deltas(base: Analysis, new: Analysis, th: Thresholds, floor_ms: float) -> tuple[Delta, ...]:
+    """"TP exposed comm" and the like: ranks are the samples (whole window, per step)."""
+    b, n = _dimension_samples(base), _dimension_samples(new)
+    order = ("tp", "cp", "ep", "dp", "fsdp", "pp", "world", "unknown")
+    dims = sorted(set(b) & set(n), key=lambda d: order.index(d) if d in order else len(order))
+    return tuple(_delta(m, d.upper(), b[d][m].to_list(), n[d][m].to_list(), th, floor_ms)
+                 for d in dims for m in DIMENSION_METRICS)
 
 
 def _fmt_ranks(ranks: list[int]) -> str:

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from ..compare import Comparison, Delta
-from .compare_text import LABELS, change, confidence, run_line, status, straggler_lines, summary, value
+from .compare_text import change, confidence, label, run_line, status, straggler_lines, summary, value
 from .html import esc, html_table, page
 
 HEADERS = ["metric", "scope", "base", "new", "delta", "confidence", "threshold", "status"]
 
 
 def _table(deltas: tuple[Delta, ...]) -> str:
-    rows = [[LABELS.get(d.metric, d.metric), d.scope, value(d.before, d.unit), value(d.after, d.unit), change(d),
+    rows = [[label(d), d.scope, value(d.before, d.unit), value(d.after, d.unit), change(d),
              confidence(d), d.rule.spec() if d.rule else "–", status(d)] for d in deltas]
     return html_table(HEADERS, rows, ["bad" if d.regressed else "" for d in deltas])
 
@@ -28,6 +28,9 @@ def render(c: Comparison) -> str:
         parts += ["<h2>Per rank</h2>", _table(c.per_rank)]
     if c.bandwidth:
         parts += ["<h2>Bus bandwidth per operation and size</h2>", _table(c.bandwidth)]
+    if c.dimensions:
+        parts += ["<h2>Per parallelism dimension</h2>", '<p class="muted">Median over ranks of the per-step value.</p>',
+                  _table(c.dimensions)]
     if c.notes:
         parts.append("<h2>Notes</h2><ul>" + "".join(f'<li class="warn">{esc(n)}</li>' for n in c.notes) + "</ul>")
     return page("commscope compare", "\n".join(parts))

@@ -41,6 +41,7 @@ def to_dict(c: Comparison) -> dict:
         "overall": [delta_dict(d) for d in c.overall],
         "ranks": [delta_dict(d) for d in c.per_rank],
         "bandwidth": [delta_dict(d) for d in c.bandwidth],
+        "dimensions": [delta_dict(d) for d in c.dimensions],
         "straggler": {
             "base": None if s.base_rank is None else {"rank": s.base_rank, "kind": s.base_kind},
             "new": None if s.new_rank is None else {"rank": s.new_rank, "kind": s.new_kind},

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from ..compare import Comparison, Delta
-from .compare_text import LABELS, change, confidence, run_line, status, straggler_lines, summary, value
+from .compare_text import change, confidence, label, run_line, status, straggler_lines, summary, value
 from .markdown import table
 
 
 def _rows(deltas: tuple[Delta, ...]) -> list[list[str]]:
-    return [[f"{LABELS.get(d.metric, d.metric)}", d.scope, value(d.before, d.unit), value(d.after, d.unit), change(d),
+    return [[label(d), d.scope, value(d.before, d.unit), value(d.after, d.unit), change(d),
              confidence(d), d.rule.spec() if d.rule else "–", ("**" + status(d) + "**") if d.regressed else status(d)]
             for d in deltas]
 
@@ -31,6 +31,9 @@ def render(c: Comparison) -> str:
     if c.bandwidth:
         lines += ["<details><summary>Bus bandwidth per operation and size</summary>", ""]
         lines += table(HEADERS, _rows(c.bandwidth)) + ["", "</details>", ""]
+    if c.dimensions:
+        lines += ["### Per parallelism dimension", "", "_Median over ranks of the per-step value._", ""]
+        lines += table(HEADERS, _rows(c.dimensions)) + [""]
     if c.notes:
         lines += [f"> {n}" for n in c.notes] + [""]
     return "\n".join(lines).rstrip() + "\n"

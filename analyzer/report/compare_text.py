@@ -44,10 +44,16 @@ def status(d: Delta) -> str:
     return "ok"
 
 
+def label(d: Delta) -> str:
+    """The metric's name; per parallelism dimension it leads: "TP exposed comm"."""
+    name = LABELS.get(d.metric, d.metric)
+    return f"{d.scope} {name}" if d.scope.isupper() else name
+
+
 def describe(d: Delta) -> str:
     """One line naming the metric with before, after, delta, confidence and threshold."""
     rule = d.rule.spec() if d.rule else "none"
-    return (f"{LABELS.get(d.metric, d.metric)} [{d.metric}] ({d.scope}): {value(d.before, d.unit)} -> "
+    return (f"{label(d)} [{d.metric}] ({d.scope}): {value(d.before, d.unit)} -> "
             f"{value(d.after, d.unit)}, {change(d)}, confidence {confidence(d)}, threshold {rule}, "
             f"n={d.n_before}/{d.n_after}")
 
@@ -99,12 +105,15 @@ def render(c: Comparison) -> str:
     if c.bandwidth:
         lines += ["", "Bus bandwidth per operation and size (median over instances):"]
         lines += [f"  {_row(d)}" for d in c.bandwidth]
+    if c.dimensions:
+        lines += ["", "Per parallelism dimension (median over ranks of the per-step value):"]
+        lines += [f"  {_row(d)}" for d in c.dimensions]
     if c.notes:
         lines += [""] + [f"note: {n}" for n in c.notes]
     return "\n".join(lines) + "\n"
 
 
 def _row(d: Delta) -> str:
-    name = f"{LABELS.get(d.metric, d.metric)} ({d.scope})"
+    name = label(d) if d.scope.isupper() else f"{label(d)} ({d.scope})"
     return (f"{name:<34} {value(d.before, d.unit):>14} -> {value(d.after, d.unit):>14}  {change(d):<26} "
             f"conf {confidence(d):>7}  [{status(d)}]")
