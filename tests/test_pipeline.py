@@ -101,3 +101,23 @@ def test_balanced_pipeline_names_no_bottleneck(tmp_path: Path) -> None:
     want = _truth_by_stage(truth, ps)
     for s in rep["pipeline"]["stages"]:
         assert s["bubble_ms"] == pytest.approx(want[s["stage"]]["bubble_ms"], rel=0.01)
+
+
+def test_schedule_view_colours_micro_batches_in_1f1b_order(tmp_path: Path) -> None:
+    import polars as pl
+
+    from dashboards import pipeline as view
+    from dashboards.layout import build_layout
+    from sample_traces.pipeline_job import _schedule
+    from tests.helpers import run
+
+    folder, _, ps = _job(tmp_path, microbatches=6)
+    a = run(folder)
+    comp, transfers, step = view.schedule_rows(a)
+    assert step in (1, 2)
+    for s in range(ps.pp):
+        assert comp.filter(pl.col("stage") == s)["mb"].to_list() == [mb for _, mb in _schedule(ps, s)]
+    assert transfers.height == 2 * ps.microbatches * 2 * (ps.pp - 1)  # one rank per stage, sends and recvs
+    fig = view.schedule_figure(a)
+    assert {t.name for t in fig.data} >= {f"micro-batch {m}" for m in range(ps.microbatches)}
+    assert "section-pipeline" in str(build_layout(a))

@@ -132,6 +132,7 @@ def analyze(rows: pl.DataFrame, gpu: pl.DataFrame, windows: pl.DataFrame, offset
         "chains": st["chain"].n_unique(),
         "bottleneck_stage": bottleneck(table),
         "stages": table,
+        "transfers": pairs.select("rank", "op", "start_ns", "end_ns", "transfer_ns", "instance").sort("rank", "start_ns"),
         "rank_steps": win.select("rank", "stage", "chain", "step", "start_ns", "end_ns", "bubble_ns",
                                  pl.col("_b0").alias("warmup_bubble_ns"), pl.col("_b1").alias("steady_bubble_ns"),
                                  pl.col("_b2").alias("cooldown_bubble_ns")).sort("rank", "step"),
