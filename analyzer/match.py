@@ -36,6 +36,7 @@ def instances(coll: pl.DataFrame) -> pl.DataFrame:
             pl.lit(False).alias("partial"), pl.lit(None, dtype=pl.Utf8).alias("match_rule"),
             pl.lit(None, dtype=pl.Utf8).alias("comm"),
         )
+    coll = coll.drop([c for c in ("comm", "instance", "n_ranks", "partial", "match_rule") if c in coll.columns])
     if "peer" not in coll.columns:
         coll = coll.with_columns(pl.lit(None, dtype=pl.Int32).alias("peer"))
     df = _communicators(coll.sort("rank", "start_ns")).with_columns(

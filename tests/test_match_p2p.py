@@ -67,9 +67,12 @@ def test_pairs_without_recorded_peer_in_a_two_rank_group_match_per_pair(tmp_path
     assert inst.filter((pl.col("rank") == 1) & (pl.col("op") == "recv"))["instance"].str.contains(r"^p2p\|0>1").all()
 
 
-def test_legacy_all_to_all_sendrecv_kernels_match_as_group_exchange(tmp_path: Path) -> None:
+@pytest.mark.parametrize("old_file", [False, True])
+def test_legacy_all_to_all_sendrecv_kernels_match_as_group_exchange(tmp_path: Path, old_file: bool) -> None:
     cols = (Collective("all_reduce", 8 << 20, 80_000), Collective("all_to_all", 4 << 20, 60_000))
-    sc = Scenario(ranks=4, steps=3, collectives=cols, legacy_comms=True, late_ranks={1: (150_000, "host")})
+    # old_file: integer-microsecond timestamps and no distributedInfo (rank from the file name), as old PyTorch
+    old = {"ts_style": "int", "distributed_info": False, "jitter_ns": 8_000} if old_file else {}
+    sc = Scenario(ranks=4, steps=3, collectives=cols, legacy_comms=True, late_ranks={1: (150_000, "host")}, **old)
     inst, truth = _inst(tmp_path, sc)
     assert not inst["has_meta"].any()  # no "Collective name", record on another thread: nothing linked
     x = inst.filter(pl.col("match_rule") == "exchange")
