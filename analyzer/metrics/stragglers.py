@@ -6,7 +6,7 @@ background, not against a fixed share:
 - consistent: the top root-causer of more steps than chance (binomial, steps >= 3), or the last
   arriver of more instances than chance given its group sizes, or nearly all the root-caused wait;
 - dominant: in a typical step its costliest late arrival (own wait per waiting peer) is >= 1.5x the
-  step's median instance, so ring-position lateness, where several ranks take turns being last by
+  median late arrival of the others in that step, so ring-position lateness, where several ranks take turns being last by
   similar small amounts, stays background;
 - visible: its root-caused wait is >= 5% of the others' communication time.
 Several independent roots are tested in order of root-caused wait. The kind comes from what the
@@ -160,7 +160,7 @@ def roots(
 
 
 def _effect(inst: pl.DataFrame, rank: int) -> float:
-    """Median over steps of: its costliest late arrival (own wait per peer) / the step's median instance.
+    """Median over steps of: its costliest late arrival (own wait per peer) / the median of the others'.
 
     Ring-position lateness makes several ranks last by similar small amounts: ~1. A straggler's late
     arrivals cost far more than the step's typical instance. Inf when it is the only one late.
@@ -169,11 +169,11 @@ def _effect(inst: pl.DataFrame, rank: int) -> float:
         pl.col("step").fill_null(-1),
         (pl.col("own_ns") / (pl.col("n_ranks").cast(pl.Float64) - 1).clip(1)).alias("ell"),
     )
-    typical = per_peer.group_by("step").agg(pl.col("ell").median().alias("typical"))
+    typical = per_peer.filter(pl.col("last_rank") != rank).group_by("step").agg(pl.col("ell").median().alias("typical"))
     peak = per_peer.filter(pl.col("last_rank") == rank).group_by("step").agg(pl.col("ell").max().alias("peak"))
     if peak.height == 0:
         return 0.0
-    ratio = peak.join(typical, on="step").select(
+    ratio = peak.join(typical, on="step", how="left").select(
         pl.when(pl.col("typical") > 0).then(pl.col("peak") / pl.col("typical")).otherwise(float("inf"))
     ).to_series()
     return float(ratio.median())
