@@ -11,7 +11,7 @@ from __future__ import annotations
 import polars as pl
 
 from .model import COLLECTIVE_SCHEMA, ProcessGroup, conform
-from .timeline import op_from_kernel_name
+from .timeline import launches, op_from_kernel_name
 
 
 # nccl-tests bus-bandwidth factors: busbw = algbw * factor(op, n)
@@ -32,8 +32,14 @@ def build_table(
     comm_calls: pl.DataFrame,
     steps: pl.DataFrame,
     groups: dict[int, tuple[ProcessGroup, ...]] | None = None,
+    host_steps: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
-    """Link comm kernels to their host call and step; number them within each process group."""
+    """Link comm kernels to their host call and step; number them within each process group.
+
+    A kernel's step is the host step its launch fell in (``host_steps``) where that is known: a
+    kernel delayed past the start of the next step window still belongs to the step that launched it,
+    so an instance never splits across steps. Otherwise the step window its start falls in.
+    """
     kernels = gpu.filter(pl.col("kind") == "comm").select(
         "rank", "stream", "start_ns", "end_ns", "name", "correlation"
     )
@@ -55,6 +61,8 @@ def build_table(
         .alias("seq")
     )
     df = assign_steps(df, steps)
+    if host_steps is not None and host_steps.height:
+        df = _launch_steps(df, cpu, host_steps)
     return conform(df, COLLECTIVE_SCHEMA)
 
 
@@ -64,14 +72,10 @@ def _link(cpu: pl.DataFrame, comm_calls: pl.DataFrame) -> pl.DataFrame:
     empty = pl.DataFrame(schema={"rank": pl.Int32, "correlation": pl.Int64, **{c: comm_calls.schema[c] for c in meta}})
     if comm_calls.height == 0:
         return empty
-    launches = (
-        cpu.filter((pl.col("kind") == "runtime") & pl.col("correlation").is_not_null())
-        .select("rank", "tid", pl.col("start_ns").alias("launch_ns"), "correlation")
-        .sort("launch_ns")
-    )
+    linked = launches(cpu).sort("launch_ns")
     calls = comm_calls.rename({"start_ns": "c_start", "end_ns": "c_end"}).sort("c_start")
     # innermost enclosing call: the latest one that started before the launch on the same thread
-    joined = launches.join_asof(calls, left_on="launch_ns", right_on="c_start", by=["rank", "tid"],
+    joined = linked.join_asof(calls, left_on="launch_ns", right_on="c_start", by=["rank", "tid"],
                                 strategy="backward", check_sortedness=False)
     joined = joined.filter(pl.col("c_end").is_not_null() & (pl.col("launch_ns") <= pl.col("c_end")))
     return joined.select("rank", "correlation", *meta).unique(["rank", "correlation"], keep="first")
@@ -109,6 +113,25 @@ def _resolve_peer(df: pl.DataFrame) -> pl.DataFrame:
         .otherwise(None)
     )
     return df.with_columns(pl.coalesce("peer", looked_up).alias("peer"))
+
+
+def _launch_steps(df: pl.DataFrame, cpu: pl.DataFrame, host_steps: pl.DataFrame) -> pl.DataFrame:
+    windows = host_steps.select("rank", pl.col("step").alias("h_step"), pl.col("start_ns").alias("h_start"),
+                                pl.col("end_ns").alias("h_end")).sort("h_start")
+    tagged = (
+        df.select("rank", "correlation").unique().join(launches(cpu), on=["rank", "correlation"])
+        .sort("launch_ns")
+        .join_asof(windows, left_on="launch_ns", right_on="h_start", by="rank", strategy="backward",
+                   check_sortedness=False)
+        .filter(pl.col("launch_ns") <= pl.col("h_end"))
+        .select("rank", "correlation", "h_step")
+    )
+    return (
+        df.join(tagged, on=["rank", "correlation"], how="left")
+        .with_columns(pl.coalesce("h_step", "step").alias("step"))
+        .drop("h_step")
+        .sort("rank", "start_ns")
+    )
 
 
 def assign_steps(df: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:

@@ -124,11 +124,14 @@ def test_description_classification_and_per_dimension_truth(tmp_path: Path) -> N
         assert got[key]["wait_ms"] == pytest.approx(wait / 1e6, abs=1e-6)
         d = got[key]
         assert d["exposed_wait_ms"] + d["exposed_transfer_ms"] == pytest.approx(d["exposed_comm_ms"], abs=1e-6)
-        assert d["root_caused_wait_ms"] is None
-    # the per-dimension exposed parts add up to the rank's exposed comm (TP and DP kernels never overlap)
+        assert d["root_caused_wait_ms"] is not None
+    # the per-dimension exposed parts add up to the rank's exposed comm (TP and DP kernels never overlap),
+    # and its root-caused wait splits over the dimensions where that wait was suffered
     for r in rep["ranks"]:
-        parts = [d["exposed_comm_ms"] for d in rep["dimensions"] if d["rank"] == r["rank"]]
-        assert sum(parts) == pytest.approx(r["exposed_comm_ms"], abs=1e-6)
+        mine = [d for d in rep["dimensions"] if d["rank"] == r["rank"]]
+        assert sum(d["exposed_comm_ms"] for d in mine) == pytest.approx(r["exposed_comm_ms"], abs=1e-6)
+        assert sum(d["root_caused_wait_ms"] for d in mine) == pytest.approx(r["root_caused_wait_ms"], abs=1e-6)
+    assert max(r["root_caused_wait_ms"] for r in rep["ranks"]) > 0.1  # rank 5 is 300 us late every step
 
 
 def test_gpus_per_host_splits_bandwidth_by_intra_node(tmp_path: Path) -> None:

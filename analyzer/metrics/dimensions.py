@@ -277,8 +277,12 @@ def row_dimensions(rows: pl.DataFrame, grp: pl.DataFrame, layout: Layout | None)
     return out.drop([c for c in out.columns if c.startswith("_") and c not in rows.columns])
 
 
-def per_rank(rows: pl.DataFrame, gpu: pl.DataFrame, ranks: list[int]) -> pl.DataFrame:
-    """Per (rank, dimension): comm, exposed (split into wait and transfer), wait, busbw p50 (ms, GB/s).
+def per_rank(rows: pl.DataFrame, gpu: pl.DataFrame, ranks: list[int],
+             flows: pl.DataFrame | None = None) -> pl.DataFrame:
+    """Per (rank, dimension): comm, exposed (split into wait and transfer), wait, root-caused wait, busbw p50.
+
+    ``flows`` (blame: root_rank, instance, amount_ns): wait suffered in an instance that traces back to
+    a rank's own time; it counts under the dimension of the instance where it was suffered.
 
     ``rows``: comm kernels with ``dimension``, ``dur_ns``, ``wait_ns``, ``transfer_ns`` (waits.per_row).
     Unions are per rank and dimension; exposed = not under any compute kernel of the rank. Ranks are
@@ -313,13 +317,22 @@ def per_rank(rows: pl.DataFrame, gpu: pl.DataFrame, ranks: list[int]) -> pl.Data
     out = tot.join(per, on=["rank", "dimension"], how="left").with_columns(
         pl.when(pl.col("_kexp") > 0).then(pl.col("_exp") / pl.col("_kexp")).otherwise(0.0).alias("_scale")
     )
+    if flows is not None and flows.height:
+        dim_of = rows.filter(pl.col("instance").is_not_null()).group_by("instance").agg(pl.col("dimension").first())
+        root = (flows.join(dim_of, on="instance")
+                .group_by(pl.col("root_rank").cast(pl.Int32).alias("rank"), "dimension")
+                .agg(pl.col("amount_ns").sum().alias("_root")))
+        out = out.join(root, on=["rank", "dimension"], how="full", coalesce=True)
+    else:
+        out = out.with_columns(pl.lit(None, dtype=pl.Float64).alias("_root"))
     return out.select(
         pl.col("rank").cast(pl.Int32), "dimension",
         (pl.col("_len") / 1e6).alias("comm_ms"), (pl.col("_exp") / 1e6).alias("exposed_comm_ms"),
         (pl.col("_kwait") * pl.col("_scale") / 1e6).alias("exposed_wait_ms"),
         ((pl.col("_exp") - pl.col("_kwait") * pl.col("_scale")) / 1e6).alias("exposed_transfer_ms"),
         (pl.col("wait_ns") / 1e6).alias("wait_ms"),
-        pl.lit(None, dtype=pl.Float64).alias("root_caused_wait_ms"),
+        (pl.col("_root").fill_null(0.0) / 1e6 if flows is not None else pl.lit(None, dtype=pl.Float64))
+        .alias("root_caused_wait_ms"),
         pl.col("_busbw").alias("busbw_gbps_p50"),
     ).filter(pl.col("rank").is_in(ranks)).sort("rank", pl.col("dimension").replace_strict(
         {d: i for i, d in enumerate(DIMENSIONS)}, default=len(DIMENSIONS), return_dtype=pl.Int32))
