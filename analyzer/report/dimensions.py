@@ -10,8 +10,9 @@ from ..metrics.dimensions import DIMENSIONS
 # (summary column, header, digits)
 COLUMNS = (
     ("dimension", "dimension", 0), ("groups", "groups", 0), ("intra_node", "intra-node", 0),
-    ("source", "decided by", 0), ("comm_ms", "comm ms/rank", 2), ("exposed_comm_ms", "exposed ms/rank", 2),
-    ("exposed_wait_ms", "  of it wait", 2), ("wait_ms", "wait ms/rank", 2), ("busbw_gbps_p50", "busbw GB/s p50", 2),
+    ("source", "decided by", 0), ("comm_ms", "comm ms", 2), ("exposed_comm_ms", "exposed ms", 2),
+    ("exposed_wait_ms", "  of it wait", 2), ("wait_ms", "wait ms", 2),
+    ("root_caused_wait_ms", "root-caused ms (all ranks)", 2), ("busbw_gbps_p50", "busbw GB/s p50", 2),
 )
 
 
@@ -22,7 +23,10 @@ def summary(a: Analysis) -> list[dict]:
     g = a.process_groups if a.process_groups is not None else pl.DataFrame()
     per = a.dimensions.group_by("dimension").agg(
         pl.col("comm_ms").mean(), pl.col("exposed_comm_ms").mean(), pl.col("exposed_wait_ms").mean(),
-        pl.col("wait_ms").mean(), pl.col("busbw_gbps_p50").median(),
+        pl.col("wait_ms").mean(),
+        pl.when(pl.col("root_caused_wait_ms").is_not_null().any()).then(pl.col("root_caused_wait_ms").sum())
+        .alias("root_caused_wait_ms"),
+        pl.col("busbw_gbps_p50").median(),
     )
     if g.height:
         info = g.group_by("dimension").agg(
