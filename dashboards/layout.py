@@ -12,7 +12,7 @@ from dash.dash_table.Format import Format, Scheme
 from analyzer.analysis import Analysis
 from analyzer.report.verdict import headline
 
-from . import figures, pipeline
+from . import dimensions, figures, pipeline
 
 # (id, header, ranks column): the KPI table; ids double as the JSON ``ranks[]`` keys except step time
 KPI_COLUMNS = (
@@ -120,6 +120,7 @@ def build_layout(a: Analysis) -> html.Div:
                           value=[]),
             html.Span("Drag to zoom: the view re-samples at the new resolution.", style={"color": "#777"}),
         ]), dcc.Loading(dcc.Graph(id="timeline", config={"displaylogo": False}), delay_show=400)),
+        dimensions.section(a),
         pipeline.section(a),
         _section("Collectives", html.Div(style={"display": "grid", "gridTemplateColumns": "3fr 2fr", "gap": "12px"},
                                          children=[dcc.Graph(id="waits", config={"displaylogo": False}),

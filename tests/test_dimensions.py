@@ -167,3 +167,21 @@ def test_shared_hybrid_mesh_gets_sensible_dimensions() -> None:
     # its send/recv between 0<->2 and 1<->3 are matched pairs counted under pp
     assert rep["matching"]["p2p_pairs"] == 16 and rep["matching"]["p2p_unmatched_kernels"] == 0
     assert {d["dimension"] for d in rep["dimensions"]} == {"tp", "dp", "pp", "world"}
+
+
+def test_dashboard_dimension_section_shows_the_report_numbers(tmp_path: Path) -> None:
+    from dashboards import dimensions as view
+    from dashboards.layout import build_layout
+
+    write_kineto(build(_mesh_scenario()), tmp_path)
+    a = run(tmp_path)
+    section = view.section(a)
+    assert section is not None and "section-dimensions" in str(build_layout(a))
+    table = next(c for c in section.children if getattr(c, "id", None) == "dimension-table")
+    got = {r["dimension"]: r for r in table.data}
+    assert set(got) == {"tp", "dp"}
+    for dim in ("tp", "dp"):
+        per_rank = a.dimensions.filter(pl.col("dimension") == dim)
+        assert got[dim]["comm_ms"] == pytest.approx(per_rank["comm_ms"].mean())
+        assert got[dim]["source"] == "desc" and got[dim]["groups"] == (4 if dim == "tp" else 2)
+    assert {r["dimension"] for r in view.group_rows(a)} == {"world", "tp", "dp"}
