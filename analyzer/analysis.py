@@ -70,6 +70,7 @@ def analyze(ts: TraceSet, dims: dimensions.Options | None = None) -> Analysis:
     found = stragglers.roots(order, roots_of, comm_ns, lambda r: waits.lateness_cause(matched, covs, r))
 
     dims = dims or dimensions.Options()
+    warnings.extend(dimensions.layout_warnings(dims.layout, ts.world_size or len(ranks)))
     groups = dimensions.groups(dimensions.meta_groups(ts.ranks), rows, ts.world_size or len(ranks),
                                dimensions.hosts(ts.ranks), dims)
     drows = dimensions.row_dimensions(rows, groups, dims.layout)

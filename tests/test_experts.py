@@ -40,3 +40,26 @@ def test_uneven_all_to_all_bytes_imbalance_and_top_receiver(tmp_path: Path) -> N
 def test_no_experts_without_split_sizes(tmp_path: Path) -> None:
     write_kineto(build(Scenario(ranks=2, steps=2)), tmp_path)
     assert report(tmp_path)["experts"] is None
+
+
+def test_groups_carrying_only_all_to_all_are_guessed_expert_parallel(tmp_path: Path) -> None:
+    from sample_traces.generate import ProcessGroup
+
+    pgs = (ProcessGroup("0", tuple(range(8)), "default_pg"), ProcessGroup("1", (0, 1, 2, 3)),
+           ProcessGroup("2", (4, 5, 6, 7)))
+    cols = (Collective("all_reduce", 8 << 20, 80_000), Collective("all_to_all", 1, 60_000, ("1", "2"), splits=SPLITS))
+    write_kineto(build(Scenario(ranks=8, steps=2, process_groups=pgs, collectives=cols)), tmp_path)
+    rep = report(tmp_path)
+    got = {g["pg"]: (g["dimension"], g["guess"]) for g in rep["process_groups"]}
+    assert got == {"0": ("world", False), "1": ("ep", True), "2": ("ep", True)}
+    assert rep["experts"]["instances"] == 4 and {i["top_rank"] for i in rep["experts"]["per_instance"]} == {2, 6}
+
+
+def test_layout_that_does_not_fit_the_job_is_warned(tmp_path: Path) -> None:
+    write_kineto(build(Scenario(ranks=4, steps=1)), tmp_path)
+    from analyzer.analysis import analyze
+    from analyzer.loader import LoadOptions, load
+    from analyzer.metrics import dimensions as dm
+
+    a = analyze(load([tmp_path], LoadOptions(jobs=1, cache=False)), dm.Options(layout=dm.parse_layout("tp=8")))
+    assert any("describes 8 ranks but the job has 4" in w for w in a.warnings)

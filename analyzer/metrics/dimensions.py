@@ -5,8 +5,8 @@ A group's dimension comes, in order of trust, from ``--layout`` (the axis along 
 coordinates differ, Megatron's rank order by default), from its description (torch DeviceMesh
 ``mesh_tp``/``mesh_dp_shard``, Megatron-core ``TENSOR_MODEL_PARALLEL_GROUP``, DeepSpeed
 ``_DATA_PARALLEL_GROUP``, NCCL communicator names), else from its membership geometry (a labelled
-guess: the whole world; a group that only carries send/recv: pp; contiguous stride-1 ranks inside
-one host: tp; a constant stride: dp). Send/recv pairs count under pp unless the layout or
+guess: the whole world; a group that only carries send/recv: pp; only all-to-all: ep; contiguous
+stride-1 ranks inside one host: tp; any other constant stride: dp). Send/recv pairs count under pp unless the layout or
 their group's description says otherwise.
 """
 
@@ -99,6 +99,14 @@ def parse_layout(text: str | None, order: str | None = None) -> Layout | None:
     return Layout(tuple((n, sizes.get(n, 1)) for n in names))
 
 
+def layout_warnings(layout: Layout | None, world: int | None) -> list[str]:
+    if layout is None or not world or layout.world == world:
+        return []
+    sizes = ",".join(f"{n}={k}" for n, k in layout.axes if k > 1)
+    return [f"--layout {sizes} describes {layout.world} ranks but the job has {world}: dimensions from it are "
+            "unreliable"]
+
+
 def from_description(desc: str | None) -> str | None:
     """A dimension from a group's description or name; None when it says nothing."""
     if not desc or desc.lower() in ("undefined", "none", "", "nan"):
@@ -108,6 +116,14 @@ def from_description(desc: str | None) -> str | None:
         if re.search(pattern, text):
             return dim
     return None
+
+
+# what a group carried: only send/recv ("p2p"), only all-to-all ("a2a"), else null
+_TRAFFIC = (
+    pl.when(pl.col("op").is_in(["send", "recv", "send_recv"]).all()).then(pl.lit("p2p"))
+    .when((pl.col("op") == "all_to_all").all()).then(pl.lit("a2a"))
+    .otherwise(None).alias("_traffic")
+)
 
 
 def meta_groups(metas: tuple) -> pl.DataFrame:
@@ -139,35 +155,31 @@ def groups(meta_groups: pl.DataFrame, rows: pl.DataFrame, world: int, hosts: pl.
         rows.filter(pl.col("pg").is_not_null())
         .group_by("pg", "group_ranks").agg(pl.col("pg_desc").drop_nulls().first().alias("desc"),
                                            pl.col("rank").unique().sort().alias("_seen"),
-                                           pl.col("op").is_in(["send", "recv", "send_recv"]).all().alias("_p2p_only"))
+                                           _TRAFFIC)
     )
     seen = seen.with_columns(
         pl.when(pl.col("group_ranks").is_not_null())
         .then(pl.col("group_ranks").str.split(",").list.eval(pl.element().cast(pl.Int32)))
         .otherwise(pl.col("_seen")).alias("ranks")
-    ).select("pg", "desc", "ranks", "_p2p_only")
+    ).select("pg", "desc", "ranks", "_traffic")
     # communicators without a process group (Nsight without payloads): the ranks that matched on them
     loose = (
         rows.filter(pl.col("pg").is_null() & pl.col("instance").is_not_null() & pl.col("comm").is_not_null())
         .group_by("comm").agg(pl.col("rank").unique().sort().alias("ranks"),
-                              pl.col("op").is_in(["send", "recv", "send_recv"]).all().alias("_p2p_only"))
-        .select(pl.col("comm").alias("pg"), pl.lit(None, dtype=pl.Utf8).alias("desc"), "ranks", "_p2p_only")
+                              _TRAFFIC)
+        .select(pl.col("comm").alias("pg"), pl.lit(None, dtype=pl.Utf8).alias("desc"), "ranks", "_traffic")
     )
-    meta = meta_groups.with_columns(pl.lit(False).alias("_p2p_only")).select("pg", "desc", "ranks", "_p2p_only")
+    meta = meta_groups.with_columns(pl.lit(None, dtype=pl.Utf8).alias("_traffic")).select("pg", "desc", "ranks",
+                                                                                         "_traffic")
     allg = pl.concat([seen, meta.cast(seen.schema), loose.cast(seen.schema)])
     allg = allg.filter(pl.col("ranks").list.len() > 0).with_columns(
         pl.col("ranks").list.sort(), pl.col("ranks").list.sort().cast(pl.List(pl.Utf8)).list.join(",").alias("_key"))
     allg = allg.group_by("pg", "_key").agg(
-        pl.col("desc").drop_nulls().first(), pl.col("ranks").first(), pl.col("_p2p_only").any()
+        pl.col("desc").drop_nulls().first(), pl.col("ranks").first(), pl.col("_traffic").drop_nulls().first()
     )
-    # a group in the metadata that carried no kernels is not p2p-only
-    used = rows.filter(pl.col("pg").is_not_null()).select("pg").unique().with_columns(pl.lit(True).alias("_used"))
-    allg = allg.join(used, on="pg", how="left").with_columns(
-        (pl.col("_p2p_only") & (pl.col("_used").fill_null(False) | pl.col("pg").str.starts_with("stream#")))
-        .alias("_p2p_only")).drop("_used")
     allg = allg.with_columns(pl.col("ranks").list.len().alias("size"))
     allg = allg.sort("size", "pg", "_key", descending=[True, False, False])
-    return _classify(allg, world, hosts, opts).drop("_key", "_p2p_only")
+    return _classify(allg, world, hosts, opts).drop("_key", "_traffic")
 
 
 def _classify(g: pl.DataFrame, world: int, hosts: pl.DataFrame | None, opts: Options) -> pl.DataFrame:
@@ -194,9 +206,10 @@ def _classify(g: pl.DataFrame, world: int, hosts: pl.DataFrame | None, opts: Opt
     stride = pl.col("_strides").list.first()
     geometry = (
         pl.when(pl.col("size") >= world).then(pl.lit("world"))
-        .when(pl.col("_p2p_only")).then(pl.lit("pp"))
+        .when(pl.col("_traffic") == "p2p").then(pl.lit("pp"))
+        .when(pl.col("_traffic") == "a2a").then(pl.lit("ep"))
         .when(one_stride & (stride == 1) & intra.fill_null(False)).then(pl.lit("tp"))
-        .when(one_stride & (stride > 1)).then(pl.lit("dp"))
+        .when(one_stride).then(pl.lit("dp"))
         .otherwise(pl.lit("unknown"))
     )
     g = g.with_columns(by_desc.alias("_desc_dim"), geometry.alias("_geo_dim"), intra.alias("intra_node"))
@@ -206,7 +219,7 @@ def _classify(g: pl.DataFrame, world: int, hosts: pl.DataFrame | None, opts: Opt
         .when(pl.col("_desc_dim").is_not_null()).then(pl.lit("desc"))
         .otherwise(pl.lit("geometry")).alias("dimension_source"),
     ).with_columns((pl.col("dimension_source") == "geometry").alias("guess")).select(
-        "pg", "desc", "ranks", "size", "dimension", "dimension_source", "guess", "intra_node", "_key", "_p2p_only"
+        "pg", "desc", "ranks", "size", "dimension", "dimension_source", "guess", "intra_node", "_key", "_traffic"
     )
 
 
