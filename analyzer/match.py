@@ -25,6 +25,12 @@ from __future__ import annotations
 import polars as pl
 
 P2P_OPS = ("send", "recv", "send_recv")
+
+
+def is_p2p() -> pl.Expr:
+    """Point-to-point kernels: a p2p op, or a SendRecv kernel recorded as a "coalesced" batch (batch_isend_irecv)."""
+    return pl.col("op").is_in(P2P_OPS) | (
+        (pl.col("op") == "coalesced") & pl.col("name").fill_null("").str.contains("(?i)sendrecv"))
 _DIRECTED = ("send", "recv")
 
 
@@ -40,7 +46,7 @@ def instances(coll: pl.DataFrame) -> pl.DataFrame:
     if "peer" not in coll.columns:
         coll = coll.with_columns(pl.lit(None, dtype=pl.Int32).alias("peer"))
     df = _communicators(coll.sort("rank", "start_ns")).with_columns(
-        pl.col("op").is_in(P2P_OPS).alias("_p2p"),
+        is_p2p().alias("_p2p"),
         pl.coalesce(pl.max_horizontal("in_bytes", "out_bytes"), pl.lit(-1)).alias("_bytes"),
         pl.col("step").fill_null(-1).alias("_step"),
         pl.col("_comm").alias("comm"),
@@ -82,7 +88,7 @@ def instances(coll: pl.DataFrame) -> pl.DataFrame:
 
 def summary(inst: pl.DataFrame) -> tuple[dict[str, int], list[str]]:
     """Counts of what matched how (for ``matching`` in the report) and the warnings they call for."""
-    p2p = pl.col("op").is_in(P2P_OPS)
+    p2p = is_p2p()
     matched = pl.col("instance").is_not_null()
     rule = pl.col("match_rule")
     n_unmatched = inst.filter(~matched & ~p2p).height

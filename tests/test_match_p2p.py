@@ -132,3 +132,18 @@ def test_shared_nsys_sendrecv_job_matches_every_kernel() -> None:
     assert inst.height == 66
     assert inst["instance"].null_count() == 0
     assert inst.select(pl.col("instance").n_unique()).item() == 33
+
+
+def test_coalesced_sendrecv_batches_are_point_to_point(tmp_path: Path) -> None:
+    # batch_isend_irecv: the SendRecv kernel is launched inside a "coalesced" record, no peer on it
+    cols = (Collective("all_reduce", 8 << 20, 80_000), Collective("all_to_all", 4 << 20, 60_000))
+    wl = build(Scenario(ranks=4, steps=2, collectives=cols))
+    write_kineto(wl, tmp_path)
+    coll = load([tmp_path], LoadOptions(jobs=1, cache=False)).collectives
+    coll = coll.with_columns(pl.when(pl.col("op") == "all_to_all").then(pl.lit("coalesced")).otherwise(pl.col("op"))
+                             .alias("op"))
+    inst = match.instances(coll)
+    x = inst.filter(pl.col("op") == "coalesced")
+    assert (x["match_rule"] == "exchange").all() and x.select(pl.col("instance").n_unique()).item() == 2
+    counts, _ = match.summary(inst)
+    assert counts["p2p_kernels"] == 8 and counts["unmatched_kernels"] == 0
