@@ -275,7 +275,15 @@ def _nccl_payload(args: dict[str, Any], api: str) -> dict[str, Any]:
     out: dict[str, Any] = {"NCCL communicator ID": _comm_id(args)}
     if size is not None and nelems is not None:
         out["Message size [bytes]"] = int(nelems) * size
+    if api in ("ncclSend", "ncclRecv") and args.get("Rank") is not None:
+        out["Peer rank"] = int(args["Rank"])  # the peer's rank in the communicator, as PyTorch's "Rank" for p2p
     return out
+
+
+def _comm_rank(args: dict[str, Any], rank: int) -> int | None:
+    """This process's rank in the call's communicator (its index in "Process Group Ranks")."""
+    members = [int(x) for x in re.findall(r"-?\d+", str(args.get("Process Group Ranks", "")))]
+    return members.index(rank) if rank in members else None
 
 
 def _add_rank(db: NsysExport, trace: dict[str, Any], pid: int, device_of: dict[int, int],
@@ -289,7 +297,7 @@ def _add_rank(db: NsysExport, trace: dict[str, Any], pid: int, device_of: dict[i
         return tids[raw]
 
     db.process(pid)
-    comms: dict[int, tuple[int, int | None]] = {}  # communicator -> (thread, size), for init ranges
+    comms: dict[int, tuple[int, int | None, int | None]] = {}  # communicator -> (thread, size, own rank in it)
     first = None
     for ev in trace.get("traceEvents", []):
         if ev.get("ph") != "X" or "ts" not in ev:
@@ -324,13 +332,16 @@ def _add_rank(db: NsysExport, trace: dict[str, Any], pid: int, device_of: dict[i
                 body = _nccl_payload(args, api) if payload else None
                 db.nvtx(pid, tid(ev.get("tid")), start, end, api, domain=NCCL_DOMAIN, payload=body)
                 size = args.get("Group size")
-                comms.setdefault(_comm_id(args), (tid(ev.get("tid")), int(size) if size is not None else None))
+                comms.setdefault(_comm_id(args), (tid(ev.get("tid")), int(size) if size is not None else None,
+                                                  _comm_rank(args, pid - 1000)))
         elif cat == "user_annotation":
             db.nvtx(pid, tid(ev.get("tid")), start, end, name)
     if payload and first is not None:
         # NCCL's init range carries the communicator size (all_gather / reduce_scatter totals need it).
-        for comm, (thread, size) in comms.items():
+        for comm, (thread, size, own) in comms.items():
             body = {"NCCL communicator ID": comm, "No. of ranks": size}
+            if own is not None:
+                body["Rank"] = own
             db.nvtx(pid, thread, first - 2_000, first - 1_000, "ncclCommInitRank", NCCL_DOMAIN, body)
     for prop in trace.get("deviceProperties", []) or []:
         if isinstance(prop, dict) and "id" in prop:

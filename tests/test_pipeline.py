@@ -121,3 +121,34 @@ def test_schedule_view_colours_micro_batches_in_1f1b_order(tmp_path: Path) -> No
     fig = view.schedule_figure(a)
     assert {t.name for t in fig.data} >= {f"micro-batch {m}" for m in range(ps.microbatches)}
     assert "section-pipeline" in str(build_layout(a))
+
+
+def test_nsight_export_of_the_job_matches_pairs_by_ncclsend_peer(tmp_path: Path) -> None:
+    """NCCL's NVTX payloads (--include-json): "Peer rank" on ncclSend/ncclRecv, "Rank" on ncclCommInitRank."""
+    from sample_traces.nsys_writer import kineto_to_nsys
+
+    folder, truth, ps = _job(tmp_path / "kineto", microbatches=4, tp=1, dp=2)
+    sqlite = kineto_to_nsys(sorted(folder.glob("rank*.json")), tmp_path / "job.sqlite", nccl_payload=True)[0]
+    rep = report(sqlite)
+    assert rep["source"]["format"] == "nsys"
+    assert rep["matching"]["p2p_pairs"] == truth.pairs and rep["matching"]["p2p_unmatched_kernels"] == 0
+    pipe = rep["pipeline"]
+    want = _truth_by_stage(truth, ps)
+    assert [s["ranks"] for s in pipe["stages"]] == [want[s]["ranks"] for s in range(ps.pp)]
+    for s in pipe["stages"]:  # recv waits do not depend on the step windows (Nsight's come from host ranges)
+        assert s["recv_wait_ms"] * pipe["steps"] == pytest.approx(want[s["stage"]]["recv_wait_ms"] * ps.steps, rel=0.01)
+    # communicator members from the init payloads: the pp groups are named pp (only send/recv); the dp pairs
+    # {0,1} look like tp to geometry (contiguous, one host), which is why it is labelled a guess
+    groups = {tuple(g["ranks"]): g for g in rep["process_groups"]}
+    assert groups[(0, 2, 4, 6)]["dimension"] == "pp" and groups[(1, 3, 5, 7)]["dimension"] == "pp"
+    assert groups[(0, 1)]["guess"] and groups[(0, 1)]["size"] == 2
+
+
+def test_nsight_export_without_payloads_keeps_pairs_unmatched_not_wrong(tmp_path: Path) -> None:
+    from sample_traces.nsys_writer import kineto_to_nsys
+
+    folder, truth, _ = _job(tmp_path / "kineto", microbatches=3, tp=1, dp=1, pp=2, forward_ns=(200_000,))
+    sqlite = kineto_to_nsys(sorted(folder.glob("rank*.json")), tmp_path / "job.sqlite", nccl_payload=False)[0]
+    rep = report(sqlite)
+    # two ranks: the only other rank is the peer; directions from ncclSend/ncclRecv
+    assert rep["matching"]["p2p_pairs"] == truth.pairs and rep["matching"]["p2p_unmatched_kernels"] == 0

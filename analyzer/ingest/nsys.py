@@ -175,6 +175,7 @@ def _read(conn: sqlite3.Connection, source: Path, options: ReadOptions) -> list[
     nranks = calls["group_size"].max() if calls.height else None
     world = max(len(order), int(nranks or 0)) if len(order) > 1 or nranks else None
 
+    calls = nsys_nvtx.with_ranks(calls, {pid: r for pid, (r, _) in zip(order, ranks, strict=True)})
     parts = [_split(df) for df in (gpu, runtime, ranges, calls, steps)]
     traces = []
     for pid, (rank, rank_source) in zip(order, ranks, strict=True):

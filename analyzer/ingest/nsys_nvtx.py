@@ -145,6 +145,10 @@ def _payload(text: str | None) -> dict[str, Any]:
             out.setdefault("nranks", _int(value))
         elif "data type" in key or key == "datatype":
             out.setdefault("dtype", str(value))
+        elif "peer" in key:
+            out.setdefault("peer", _int(value))  # ncclSend/ncclRecv: the peer's rank in the communicator
+        elif key == "rank":
+            out.setdefault("comm_rank", _int(value))  # ncclCommInitRank: this process's rank in it
     return out
 
 
@@ -175,7 +179,7 @@ def _sizes(op: str, nbytes: int | None, nranks: int | None) -> tuple[int | None,
 
 
 def _call(pid: int, tid: int, start: int, end: int, members: list[tuple[str, dict[str, Any]]],
-          nranks_of: dict[str, int]) -> dict[str, Any]:
+          nranks_of: dict[str, int], pids_of: dict[str, dict[int, int]] | None = None) -> dict[str, Any]:
     ops = {op for op, _ in members}
     op = ops.pop() if len(ops) == 1 else ("send_recv" if ops == {"send", "recv"} else "coalesced")
     pgs = {_pg(p.get("comm")) for _, p in members}
@@ -184,11 +188,17 @@ def _call(pid: int, tid: int, start: int, end: int, members: list[tuple[str, dic
     size = size or next((p["nranks"] for _, p in members if p.get("nranks")), None)
     ins, outs = zip(*(_sizes(o, p.get("bytes"), size) for o, p in members), strict=True)
     dtypes = {p.get("dtype") for _, p in members}
+    # a lone send/recv names its peer by communicator rank; the communicator's members (init payloads
+    # of every process in the report) turn it, and the member list, into processes (ranks later)
+    where = (pids_of or {}).get(pg or "", {})
+    peer = members[0][1].get("peer") if len(members) == 1 and op in ("send", "recv") else None
+    full = bool(size) and len(where) == size
     return {
         "pid": pid, "tid": tid, "start_ns": start, "end_ns": end, "op": op, "pg": pg,
         "dtype": dtypes.pop() if len(dtypes) == 1 else None,
         "in_bytes": None if None in ins else sum(ins), "out_bytes": None if None in outs else sum(outs),
-        "group_size": size,
+        "group_size": size, "peer_group_rank": peer, "peer_pid": where.get(peer) if peer is not None else None,
+        "member_pids": [where[k] for k in sorted(where)] if full else None,
     }
 
 
@@ -198,10 +208,14 @@ def comm_calls(ranges: pl.DataFrame) -> pl.DataFrame:
     # Communicator sizes from ncclCommInitRank* payloads, when the export kept them. A communicator
     # hash is the same on every member, so one process's init row serves all in the report.
     nranks_of: dict[str, int] = {}
-    for payload in nccl.filter(pl.col("name").str.starts_with("ncclCommInit"))["payload"].drop_nulls():
+    pids_of: dict[str, dict[int, int]] = {}  # communicator -> its rank -> process
+    inits = nccl.filter(pl.col("name").str.starts_with("ncclCommInit") & pl.col("payload").is_not_null())
+    for pid, payload in inits.select("pid", "payload").iter_rows():
         fields = _payload(payload)
         if fields.get("nranks") and fields.get("comm") is not None:
             nranks_of[_pg(fields["comm"]) or ""] = fields["nranks"]
+        if fields.get("comm") is not None and fields.get("comm_rank") is not None:
+            pids_of.setdefault(_pg(fields["comm"]) or "", {})[fields["comm_rank"]] = pid
     rows: list[dict[str, Any]] = []
     # A loop over NCCL API ranges only (a few per collective), not over kernels: group nesting
     # is a per-thread state machine that reads clearer here than as window functions.
@@ -211,7 +225,7 @@ def comm_calls(ranges: pl.DataFrame) -> pl.DataFrame:
     ).iter_rows():
         if (pid, tid) != key:
             if depth > 0 and members and key is not None:  # a group cut off by the capture end
-                rows.append(_call(key[0], key[1], g_start, last_end, members, nranks_of))
+                rows.append(_call(key[0], key[1], g_start, last_end, members, nranks_of, pids_of))
             depth, key, members = 0, (pid, tid), []
         if name == "ncclGroupStart":
             if depth == 0:
@@ -222,20 +236,34 @@ def comm_calls(ranges: pl.DataFrame) -> pl.DataFrame:
                 continue  # its ncclGroupStart fell before the capture: members unknown
             depth -= 1
             if depth == 0 and members:
-                rows.append(_call(pid, tid, g_start, end, members, nranks_of))
+                rows.append(_call(pid, tid, g_start, end, members, nranks_of, pids_of))
         elif (op := _api_op(name)) is not None:
             fields = _payload(payload)
             if depth > 0:
                 members.append((op, fields))
                 last_end = max(last_end, end)
             else:
-                rows.append(_call(pid, tid, start, end, [(op, fields)], nranks_of))
+                rows.append(_call(pid, tid, start, end, [(op, fields)], nranks_of, pids_of))
     if depth > 0 and members and key is not None:
-        rows.append(_call(key[0], key[1], g_start, last_end, members, nranks_of))
+        rows.append(_call(key[0], key[1], g_start, last_end, members, nranks_of, pids_of))
 
-    schema = {"pid": pl.Int64, **COMM_CALL_SCHEMA}
+    schema = {"pid": pl.Int64, **COMM_CALL_SCHEMA, "peer_pid": pl.Int64, "member_pids": pl.List(pl.Int64)}
     calls = pl.DataFrame(rows, schema=schema, strict=False) if rows else pl.DataFrame(schema=schema)
     return pl.concat([calls, _torch_calls(ranges, calls)], how="diagonal_relaxed").sort("pid", "start_ns")
+
+
+def with_ranks(calls: pl.DataFrame, rank_of: dict[int, int]) -> pl.DataFrame:
+    """Processes -> ranks in the NCCL payload fields: the p2p peer and the communicator's member list."""
+    if "peer_pid" not in calls.columns or calls.height == 0:
+        return calls
+    table = {int(k): int(v) for k, v in rank_of.items()}
+    as_rank = pl.element().replace_strict(table, default=None, return_dtype=pl.Int32)
+    members = pl.col("member_pids").list.eval(as_rank)
+    return calls.with_columns(
+        pl.coalesce("peer", pl.col("peer_pid").replace_strict(table, default=None, return_dtype=pl.Int32)).alias("peer"),
+        pl.coalesce("group_ranks", pl.when(members.list.eval(pl.element().is_null()).list.any().not_())
+                    .then(members.cast(pl.List(pl.Utf8)).list.join(","))).alias("group_ranks"),
+    ).drop("peer_pid", "member_pids")
 
 
 def _torch_calls(ranges: pl.DataFrame, nccl_calls: pl.DataFrame) -> pl.DataFrame:
