@@ -22,7 +22,9 @@ from . import Reader, reader_for
 from .discover import TraceFile
 from .options import ReadOptions
 
-PARSER_VERSION = "4"  # bump when a reader's tables change: old entries are then ignored
+# bump when a reader's tables change: old entries are then ignored (6: p2p peers and split sizes; 4 and 5 are
+# taken on other branches)
+PARSER_VERSION = "6"
 _TABLES = ("gpu", "cpu", "comm_calls", "steps")
 
 
