@@ -85,7 +85,8 @@ def build(gpu: pl.DataFrame, rows: pl.DataFrame, steps: pl.DataFrame,
         )
     )
     # binding predecessor: the latest end at or before this start on the rank (any stream)
-    ends = nodes.select("rank", pl.col("end_ns").alias("_bp_end"), pl.col("node").alias("bind_pred")).sort("_bp_end", "bind_pred")
+    ends = nodes.select("rank", pl.col("end_ns").alias("_bp_end"), pl.col("node").alias("bind_pred"))
+    ends = ends.sort("_bp_end", "bind_pred")
     nodes = nodes.join_asof(ends, left_on="start_ns", right_on="_bp_end", by="rank", strategy="backward",
                             check_sortedness=False).sort("node")
     origin = nodes["a_start_ns"].min() if nodes.height else 0
