@@ -6,9 +6,9 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from . import align, match
+from . import align, graph, match, whatif
 from .collectives import bus_factor_expr
-from .metrics import overlap, stragglers, waits
+from .metrics import critical_path, overlap, stragglers, waits
 from .model import TraceSet
 
 NS_PER_MS = 1e6
@@ -27,13 +27,17 @@ class Analysis:
     matching: dict
     warnings: tuple[str, ...]
     traces: TraceSet  # for timelines (dashboard); presenters read tables above for numbers
+    graph: graph.Graph | None = None  # cross-rank dependency graph (blame, critical path, replay read it)
+    critical_path: pl.DataFrame | None = None  # step, rank, compute/exposed_transfer/wait/host_idle (ns)
+    whatif: whatif.WhatIf | None = None  # replay and what-if scenarios
 
 
 def _ms(cols: list[str]) -> list[pl.Expr]:
     return [(pl.col(c) / NS_PER_MS).alias(c.replace("_ns", "_ms")) for c in cols]
 
 
-def analyze(ts: TraceSet) -> Analysis:
+def analyze(ts: TraceSet, busbw: dict[str, float] | None = None, dims: dict[str, str] | None = None) -> Analysis:
+    """``busbw``: what-if bus-bandwidth targets {op: GB/s}; ``dims``: process group -> parallelism dimension."""
     ranks = ts.rank_ids
     warnings = list(ts.warnings)
     covs = overlap.coverages(ts.gpu)
@@ -63,6 +67,11 @@ def analyze(ts: TraceSet) -> Analysis:
     top = order["rank"][0] if order.height else None
     causes = {int(top): waits.lateness_cause(matched, covs, int(top))} if top is not None else {}
     verdict = stragglers.verdict(order, comm_ns, causes)
+
+    dep = graph.build(ts.gpu, rows, ts.steps, fit.offsets_ns)
+    cpath = critical_path.critical_path(dep, ts.steps, fit.offsets_ns)
+    replayed = whatif.analyze(dep, ts.steps, (verdict.rank, verdict.kind) if verdict else None, busbw, dims)
+    warnings.extend(whatif.warnings(replayed))
 
     rank_df = _rank_frame(totals, per_step, split, order)
     step_df = _step_frame(per_step, split, matched)
@@ -103,6 +112,7 @@ def analyze(ts: TraceSet) -> Analysis:
     return Analysis(
         source=source, ranks=rank_df, steps=step_df, collectives=coll_df, bandwidth=bw, ranking=order,
         verdict=verdict, clock=fit, matching=matching, warnings=tuple(warnings), traces=ts,
+        graph=dep, critical_path=cpath, whatif=replayed,
     )
 
 

@@ -167,6 +167,9 @@ def _no_straggler(m: replay.Mods, i: int, nodes: pl.DataFrame, rank: int, kind: 
         mine = _key_median(nodes, rank, "dur_ns", _WORK)
         extra = (pl.col("dur_ns") - pl.col("_peer").fill_null(0)).clip(lower_bound=0)
         m.ddur[i, mine["node"].to_numpy()] -= mine.select(extra)["dur_ns"].to_numpy()
+        # work its peers do not run at all: the host time spent launching it is extra too
+        only = mine.filter(pl.col("_peer").is_null())
+        m.dgap[i, only["node"].to_numpy()] -= only["gap_ns"].to_numpy()
     if kind in ("host", "unknown"):
         mine = _key_median(nodes, rank, "gap_ns", None).filter(pl.col("_peer").is_not_null())
         extra = (pl.col("gap_ns") - pl.col("_peer")).clip(lower_bound=0)
@@ -226,3 +229,21 @@ def _candidates(st: _Ideal, k: int) -> list[int]:
     tot = np.bincount(inv, weights=excess, minlength=ranks.size)
     order = np.lexsort((ranks, -tot))
     return [int(r) for r in ranks[order[:k]]]
+
+
+def warnings(w: WhatIf | None) -> list[str]:
+    """What the report must say about the replay's own accuracy."""
+    if w is None:
+        return []
+    out = []
+    worst = w.errors.sort("error_pct", descending=True, nulls_last=True).head(1)
+    if worst.height and (worst["error_pct"][0] or 0.0) > ERROR_WARN_PCT:
+        r = worst.row(0, named=True)
+        n_bad = w.errors.filter(pl.col("error_pct") > ERROR_WARN_PCT).height
+        out.append(f"the replay misses the measured step time by more than {ERROR_WARN_PCT:g}% on {n_bad} (rank, step) "
+                   f"windows (worst: rank {r['rank']} step {r['step']}, {r['error_pct']:.1f}%): what-if savings are "
+                   "approximate there")
+    if w.forced_ends:
+        out.append(f"{w.forced_ends} collective kernel ends were replayed before every participant had arrived "
+                   "(inconsistent matching): what-if savings are approximate")
+    return out

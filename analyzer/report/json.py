@@ -12,6 +12,7 @@ from typing import Any
 import polars as pl
 
 from ..analysis import Analysis
+from .whatif import critical_path_records, whatif_dict
 
 SCHEMA = "commscope.analysis/1"
 
@@ -90,6 +91,8 @@ def to_dict(a: Analysis) -> dict:
             "instances": fit.instances,
         }),
         "matching": clean(a.matching),
+        "critical_path": clean(critical_path_records(a)),
+        "whatif": clean(whatif_dict(a)),
         "warnings": list(a.warnings),
     }
 
