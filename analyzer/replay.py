@@ -102,7 +102,8 @@ def schedule(a: Arrays) -> Schedule:
     ranks, first = np.unique(ev_rank, return_index=True)
     last = np.append(first[1:], ev_rank.size)
     ptr = first.copy()
-    count = np.zeros(a.n_instances, dtype=np.int64)
+    count = np.zeros(max(a.n_instances, 1), dtype=np.int64)
+    need = np.append(a.n_inst, 0) if a.n_instances == 0 else a.n_inst
     waves: list[np.ndarray] = []
     forced = 0
     live = ptr < last
@@ -110,7 +111,7 @@ def schedule(a: Arrays) -> Schedule:
         idx = ptr[live]
         is_end = ev_type[idx] == END
         inst = a.inst[ev_node[idx]]
-        ready = ~is_end | (count[np.where(is_end, inst, 0)] >= a.n_inst[np.where(is_end, inst, 0)])
+        ready = ~is_end | (count[np.where(is_end, inst, 0)] >= need[np.where(is_end, inst, 0)])
         if not ready.any():  # inconsistent matching: release the blocked ends with what has arrived
             ready = is_end
             forced += int(is_end.sum())
