@@ -166,3 +166,16 @@ def test_parse_specs() -> None:
     for bad in ("busbw:all_reduce=0", "bw:all_reduce=3", "busbw:=3"):
         with pytest.raises(Exception, match="busbw:OP=GBPS"):
             whatif.parse_specs([bad])
+
+
+@pytest.mark.parametrize("name", ["hybrid_tp_dp", "host_straggler", "compute_straggler"])
+def test_no_straggler_saves_about_the_injected_delay_on_real_captures(name: str) -> None:
+    """No balanced capture of the same jobs exists; the injected per-step delay is the known answer instead."""
+    folder = SAMPLES / "gpu_h200" / name
+    truth = json.loads((folder / "ground_truth.json").read_text())
+    delay_ms = truth.get("delay_ms") or 1000.0 * truth["cpu_sleep_s"]
+    a = run(folder)
+    assert a.verdict is not None and a.verdict.rank == truth["straggler_rank"]
+    saving_ms = a.whatif.scenarios.filter(pl.col("name") == "no_straggler")["saving_ns"][0] / 1e6
+    assert saving_ms == pytest.approx(delay_ms, rel=0.2)
+    assert a.whatif.ranks["rank"][0] == truth["straggler_rank"]  # making it ideal saves most
