@@ -16,8 +16,10 @@ gaps and waits are consistent; what remains is reported as the replay error.
 
 Order: each rank's events (an operation's start; a matched kernel's end separately, at its end time)
 are processed in its own time order, one event per rank per wave, vectorized over ranks and over
-scenarios. A kernel's end waits until every participant has arrived (the order in which the real
-run completed them guarantees progress; inconsistent matches are forced through and counted).
+scenarios. An operation whose binding predecessor is its stream predecessor (most of a compute stream)
+needs no event: along such a chain the deltas add up (a prefix sum from the chain's first operation).
+A kernel's end waits until every participant has arrived (the order in which the real run completed
+them guarantees progress; inconsistent matches are forced through and counted).
 The wave schedule depends only on the graph, so it is built once and reused by every scenario.
 """
 
@@ -71,6 +73,10 @@ class Arrays:
     wait: np.ndarray
     n_inst: np.ndarray  # participants per instance
     n_instances: int
+    simple: np.ndarray  # follows its stream predecessor, which is also its binding one: Δ just adds up
+    root: np.ndarray  # the first operation of a node's chain of simple successors (itself if not simple)
+    chain_order: np.ndarray  # nodes ordered by (root, start): chains are contiguous, root first
+    chain_first: np.ndarray  # for each position in chain_order, the position of its chain's root
 
     @classmethod
     def of(cls, g: Graph) -> Arrays:
@@ -79,19 +85,30 @@ class Arrays:
         def col(name: str, fill: int = -1) -> np.ndarray:
             return n[name].fill_null(fill).to_numpy().astype(np.int64)
 
-        return cls(rank=col("rank"), start=col("start_ns"), end=col("end_ns"), dur=col("dur_ns"),
-                   bind_pred=col("bind_pred"), stream_pred=col("stream_pred"), slack=col("slack_ns", 0),
-                   inst=col("inst"), wait=col("wait_ns", 0),
-                   n_inst=g.instances.sort("inst")["n"].to_numpy().astype(np.int64), n_instances=g.instances.height)
+        bp, sp, inst, start = col("bind_pred"), col("stream_pred"), col("inst"), col("start_ns")
+        simple = (inst < 0) & (bp >= 0) & (bp == sp)
+        root = np.where(simple, bp, np.arange(bp.size))
+        while bp.size:  # pointer jumping: log(chain length) rounds
+            nxt = root[root]
+            if np.array_equal(nxt, root):
+                break
+            root = nxt
+        order = np.lexsort((start, root))
+        first_pos = np.flatnonzero(np.r_[True, root[order][1:] != root[order][:-1]]) if bp.size else order
+        chain_first = np.repeat(first_pos, np.diff(np.r_[first_pos, order.size])) if bp.size else order
+        return cls(rank=col("rank"), start=start, end=col("end_ns"), dur=col("dur_ns"),
+                   bind_pred=bp, stream_pred=sp, slack=col("slack_ns", 0), inst=inst, wait=col("wait_ns", 0),
+                   n_inst=g.instances.sort("inst")["n"].to_numpy().astype(np.int64), n_instances=g.instances.height,
+                   simple=simple, root=root, chain_order=order, chain_first=chain_first)
 
 
 def schedule(a: Arrays) -> Schedule:
     """The wave order of every event (structure only; shared by all scenarios)."""
-    n = a.rank.size
     matched = a.inst >= 0
-    node = np.concatenate([np.arange(n), np.flatnonzero(matched)])
-    typ = np.concatenate([np.where(matched, ARR, OP), np.full(int(matched.sum()), END)])
-    t = np.concatenate([a.start, a.end[matched]])
+    lead = np.flatnonzero(~a.simple)  # simple operations follow their chain's root: no event of their own
+    node = np.concatenate([lead, np.flatnonzero(matched)])
+    typ = np.concatenate([np.where(matched[lead], ARR, OP), np.full(int(matched.sum()), END)])
+    t = np.concatenate([a.start[lead], a.end[matched]])
     # at equal times ends come first (a binding predecessor ends at or before its successor starts)
     sub = np.where(typ == END, 0, 1)
     order = np.lexsort((node, sub, t, a.rank[node]))
@@ -134,12 +151,22 @@ def run(a: Arrays, sch: Schedule, mods: Mods) -> tuple[np.ndarray, np.ndarray]:
     rows = np.arange(s)[:, None]
     bp_ok, sp_ok = a.bind_pred >= 0, a.stream_pred >= 0
     bp, sp = np.maximum(a.bind_pred, 0), np.maximum(a.stream_pred, 0)
+    # along a chain Δe grows by each member's (gap change, at least −gap) + duration change: a prefix sum
+    step = np.where(a.simple, np.maximum(mods.dgap, -a.slack) + mods.ddur, 0.0)
+    cs = np.cumsum(step[:, a.chain_order], axis=1)
+    chain = np.empty_like(cs)
+    chain[:, a.chain_order] = cs - cs[:, a.chain_first]
+    root = a.root
+
+    def end_of(y: np.ndarray) -> np.ndarray:
+        return de[:, root[y]] + chain[:, y]
+
     for w in sch.waves:
         nd, ty = sch.ev_node[w], sch.ev_type[w]
         st = nd[ty != END]
         if st.size:
-            base = np.where(bp_ok[st], de[:, bp[st]], 0.0) + mods.dgap[:, st]
-            stream = np.where(sp_ok[st], de[:, sp[st]] - a.slack[st], -np.inf)
+            base = np.where(bp_ok[st], end_of(bp[st]), 0.0) + mods.dgap[:, st]
+            stream = np.where(sp_ok[st], end_of(sp[st]) - a.slack[st], -np.inf)
             ds[:, st] = np.maximum(base, stream)
             tst = ty[ty != END]
             op = st[tst == OP]
@@ -152,6 +179,8 @@ def run(a: Arrays, sch: Schedule, mods: Mods) -> tuple[np.ndarray, np.ndarray]:
             i = a.inst[en]
             done = imax[:, i] + mods.dtr[:, i]
             de[:, en] = np.where(mods.hide[:, en], ds[:, en] - a.dur[en], done)
+    de = de[:, root] + chain
+    ds = np.where(a.simple, de - mods.ddur, ds)
     return ds, de
 
 
