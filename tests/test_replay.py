@@ -179,3 +179,16 @@ def test_no_straggler_saves_about_the_injected_delay_on_real_captures(name: str)
     saving_ms = a.whatif.scenarios.filter(pl.col("name") == "no_straggler")["saving_ns"][0] / 1e6
     assert saving_ms == pytest.approx(delay_ms, rel=0.2)
     assert a.whatif.ranks["rank"][0] == truth["straggler_rank"]  # making it ideal saves most
+
+
+def test_per_dimension_hiding_saves_exactly_that_dimensions_transfer(tmp_path: Path) -> None:
+    sc = Scenario(ranks=8, tp=2, steps=3, overlap=0.0, jitter_ns=0)  # no waiting: each collective costs its transfer
+    a = _gen(tmp_path, "run", sc)
+    tp_pgs = {pg.name for pg in sc.process_groups[1:] if len(pg.ranks) == 2}
+    dims = {pg.name: ("tp" if pg.name in tp_pgs else "dp") for pg in sc.process_groups[1:]}
+    w = whatif.analyze(a.graph, a.traces.steps, None, None, dims)
+    saving = {r["name"]: r["saving_ns"] for r in w.scenarios.to_dicts()}
+    tp_transfer, dp_transfer = (c.transfer_ns for c in sc.collectives)
+    assert saving["no_exposed_comm:tp"] == pytest.approx(tp_transfer, abs=1)
+    assert saving["no_exposed_comm:dp"] == pytest.approx(dp_transfer, abs=1)
+    assert saving["no_exposed_comm"] == pytest.approx(tp_transfer + dp_transfer, abs=1)
