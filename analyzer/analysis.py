@@ -8,7 +8,7 @@ import polars as pl
 
 from . import align, graph, match, whatif
 from .collectives import bus_factor_expr
-from .metrics import critical_path, overlap, stragglers, waits
+from .metrics import blame, critical_path, overlap, stragglers, waits
 from .model import TraceSet
 
 NS_PER_MS = 1e6
@@ -21,8 +21,10 @@ class Analysis:
     steps: pl.DataFrame  # one row per (rank, step) (ms)
     collectives: pl.DataFrame  # one row per matched instance (ms, bytes, GB/s)
     bandwidth: pl.DataFrame  # per operation and size bucket
-    ranking: pl.DataFrame  # straggler ranking
-    verdict: stragglers.Verdict | None
+    ranking: pl.DataFrame  # straggler ranking (by root-caused wait)
+    verdict: stragglers.Verdict | None  # the first of ``roots``
+    roots: tuple[stragglers.Verdict, ...]  # independent root stragglers, most costly first
+    blame: blame.Blame  # root-cause attribution per instance (who delayed whom)
     clock: align.ClockFit
     matching: dict
     warnings: tuple[str, ...]
@@ -62,19 +64,18 @@ def analyze(ts: TraceSet, busbw: dict[str, float] | None = None, dims: dict[str,
     split = waits.exposed_split(rows, covs, windows)
 
     expected = matched.group_by("rank").agg((1.0 / pl.col("n_ranks")).sum().alias("expected"))
-    order = stragglers.ranking(rtable, expected)
+    roots_of = blame.root_cause(matched, ranks)
+    order = stragglers.ranking(rtable, expected, roots_of)
     comm_ns = {r: float(c) for r, c in totals.select("rank", "comm_ns").iter_rows()}
-    top = order["rank"][0] if order.height else None
-    causes = {int(top): waits.lateness_cause(matched, covs, int(top))} if top is not None else {}
-    verdict = stragglers.verdict(order, comm_ns, causes)
+    found = stragglers.roots(order, roots_of, comm_ns, lambda r: waits.lateness_cause(matched, covs, r))
 
     dep = graph.build(ts.gpu, rows, ts.steps, fit.offsets_ns)
     cpath = critical_path.critical_path(dep, ts.steps, fit.offsets_ns)
-    replayed = whatif.analyze(dep, ts.steps, (verdict.rank, verdict.kind) if verdict else None, busbw, dims)
+    replayed = whatif.analyze(dep, ts.steps, (found[0].rank, found[0].kind) if found else None, busbw, dims)
     warnings.extend(whatif.warnings(replayed))
 
     rank_df = _rank_frame(totals, per_step, split, order)
-    step_df = _step_frame(per_step, split, matched)
+    step_df = _step_frame(per_step, split, matched, roots_of.steps)
     coll_df = _collective_frame(itable)
     bw = _bandwidth(coll_df)
 
@@ -111,8 +112,8 @@ def analyze(ts: TraceSet, busbw: dict[str, float] | None = None, dims: dict[str,
     }
     return Analysis(
         source=source, ranks=rank_df, steps=step_df, collectives=coll_df, bandwidth=bw, ranking=order,
-        verdict=verdict, clock=fit, matching=matching, warnings=tuple(warnings), traces=ts,
-        graph=dep, critical_path=cpath, whatif=replayed,
+        verdict=found[0] if found else None, roots=tuple(found), blame=roots_of, clock=fit, matching=matching,
+        warnings=tuple(warnings), traces=ts, graph=dep, critical_path=cpath, whatif=replayed,
     )
 
 
@@ -127,20 +128,22 @@ def _rank_frame(totals: pl.DataFrame, per_step: pl.DataFrame, split: pl.DataFram
     df = (
         totals.join(step_stats, on="rank", how="left")
         .join(whole, on="rank", how="left")
-        .join(order.select("rank", "wait_ns", "caused_wait_ns", "last_arrival_pct"), on="rank", how="left")
+        .join(order.select("rank", "wait_ns", "caused_wait_ns", "root_caused_wait_ns", "propagated_wait_ns",
+                           "last_arrival_pct"), on="rank", how="left")
         .with_columns(pl.col("steps").fill_null(0))
     )
     return df.select(
         "rank", "steps", "step_time_mean_ms", "step_time_p50_ms", "step_time_max_ms",
         *_ms(["compute_ns", "comm_ns", "overlapped_comm_ns", "exposed_comm_ns"]),
         pl.when(pl.col("comm_ns") > 0).then(100.0 * pl.col("overlapped_comm_ns") / pl.col("comm_ns")).alias("overlap_pct"),
-        *_ms(["exposed_wait_ns", "exposed_transfer_ns", "idle_ns", "memcpy_ns", "wait_ns", "caused_wait_ns"]),
+        *_ms(["exposed_wait_ns", "exposed_transfer_ns", "idle_ns", "memcpy_ns", "wait_ns", "caused_wait_ns",
+              "root_caused_wait_ns", "propagated_wait_ns"]),
         "last_arrival_pct",
         *_ms(["span_ns", "busy_ns", "compute_only_ns"]),
     ).sort("rank")
 
 
-def _step_frame(per_step: pl.DataFrame, split: pl.DataFrame, matched: pl.DataFrame) -> pl.DataFrame:
+def _step_frame(per_step: pl.DataFrame, split: pl.DataFrame, matched: pl.DataFrame, root: pl.DataFrame) -> pl.DataFrame:
     steps = split.filter(pl.col("key") >= 0).rename({"key": "step"})
     wait = matched.filter(pl.col("step").is_not_null()).group_by("rank", "step").agg(pl.col("wait_ns").sum())
     caused = (
@@ -154,12 +157,15 @@ def _step_frame(per_step: pl.DataFrame, split: pl.DataFrame, matched: pl.DataFra
         per_step.join(steps, on=["rank", "step"], how="left")
         .join(wait, on=["rank", "step"], how="left")
         .join(caused, on=["rank", "step"], how="left")
-        .with_columns(pl.col("wait_ns").fill_null(0), pl.col("caused_wait_ns").fill_null(0))
+        .join(root.with_columns(pl.col("rank").cast(pl.Int32)), on=["rank", "step"], how="left")
+        .with_columns(pl.col("wait_ns").fill_null(0), pl.col("caused_wait_ns").fill_null(0),
+                      pl.col("root_caused_wait_ns").fill_null(0.0))
     )
     return df.select(
         "rank", "step", (pl.col("start_ns") / NS_PER_MS).alias("start_ms"),
         *_ms(["span_ns", "compute_ns", "comm_ns", "overlapped_comm_ns", "exposed_comm_ns", "exposed_wait_ns",
-              "exposed_transfer_ns", "compute_only_ns", "memcpy_ns", "idle_ns", "wait_ns", "caused_wait_ns"]),
+              "exposed_transfer_ns", "compute_only_ns", "memcpy_ns", "idle_ns", "wait_ns", "caused_wait_ns",
+              "root_caused_wait_ns"]),
         pl.when(pl.col("comm_ns") > 0).then(100.0 * pl.col("overlapped_comm_ns") / pl.col("comm_ns")).alias("overlap_pct"),
     ).sort("rank", "step")
 

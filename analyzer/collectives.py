@@ -32,8 +32,14 @@ def build_table(
     comm_calls: pl.DataFrame,
     steps: pl.DataFrame,
     groups: dict[int, tuple[ProcessGroup, ...]] | None = None,
+    host_steps: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
-    """Link comm kernels to their host call and step; number them within each process group."""
+    """Link comm kernels to their host call and step; number them within each process group.
+
+    A kernel's step is the host step its launch fell in (``host_steps``) where that is known: a
+    kernel delayed past the start of the next step window still belongs to the step that launched it,
+    so an instance never splits across steps. Otherwise the step window its start falls in.
+    """
     kernels = gpu.filter(pl.col("kind") == "comm").select(
         "rank", "stream", "start_ns", "end_ns", "name", "correlation"
     )
@@ -54,6 +60,8 @@ def build_table(
         .alias("seq")
     )
     df = assign_steps(df, steps)
+    if host_steps is not None and host_steps.height:
+        df = _launch_steps(df, cpu, host_steps)
     return conform(df, COLLECTIVE_SCHEMA)
 
 
@@ -93,6 +101,30 @@ def _fill_group_ranks(df: pl.DataFrame, groups: dict[int, tuple[ProcessGroup, ..
             pl.coalesce("group_size", "_size").alias("group_size"),
         )
         .drop("_ranks", "_size")
+    )
+
+
+def _launch_steps(df: pl.DataFrame, cpu: pl.DataFrame, host_steps: pl.DataFrame) -> pl.DataFrame:
+    launches = (
+        cpu.filter((pl.col("kind") == "runtime") & pl.col("correlation").is_not_null())
+        .select("rank", "correlation", pl.col("start_ns").alias("launch_ns"))
+        .unique(["rank", "correlation"], keep="first")
+    )
+    windows = host_steps.select("rank", pl.col("step").alias("h_step"), pl.col("start_ns").alias("h_start"),
+                                pl.col("end_ns").alias("h_end")).sort("h_start")
+    tagged = (
+        df.select("rank", "correlation").unique().join(launches, on=["rank", "correlation"])
+        .sort("launch_ns")
+        .join_asof(windows, left_on="launch_ns", right_on="h_start", by="rank", strategy="backward",
+                   check_sortedness=False)
+        .filter(pl.col("launch_ns") <= pl.col("h_end"))
+        .select("rank", "correlation", "h_step")
+    )
+    return (
+        df.join(tagged, on=["rank", "correlation"], how="left")
+        .with_columns(pl.coalesce("h_step", "step").alias("step"))
+        .drop("h_step")
+        .sort("rank", "start_ns")
     )
 
 

@@ -31,7 +31,7 @@ from .model import (
     TraceSet,
     conform,
 )
-from .timeline import gpu_step_windows
+from .timeline import MIN_STEP_COVERAGE, gpu_step_windows, host_step_windows, step_coverage, tile_steps
 from .workers import worker_context
 
 
@@ -138,7 +138,7 @@ def load(paths: list[Path], options: LoadOptions | None = None) -> TraceSet:
         if not traces:
             raise UsageError(f"none of the requested ranks {list(options.ranks)} is in the traces")
     warnings += [f"skipped {s.path}: {s.reason}" for s in skipped]
-    return assemble(traces, skipped, warnings)
+    return assemble(traces, skipped, warnings, options.step_marker)
 
 
 def _read_all(files: list[TraceFile], options: LoadOptions) -> list[list[RankTrace] | Skipped]:
@@ -226,7 +226,24 @@ def _with_rank(t: RankTrace, rank: int, source: str) -> RankTrace:
     )
 
 
-def assemble(traces: list[RankTrace], skipped: list[Skipped], warnings: list[str]) -> TraceSet:
+def _tile_sparse_steps(steps: pl.DataFrame, gpu: pl.DataFrame) -> tuple[pl.DataFrame, str]:
+    """Tile the steps of ranks whose step annotations cover too little of their GPU time (see DESIGN.md)."""
+    if steps.height == 0:
+        return steps, ""
+    cov = step_coverage(steps, gpu)
+    sparse = cov.filter(pl.col("coverage") < MIN_STEP_COVERAGE)
+    if sparse.height == 0:
+        return steps, ""
+    lo, hi = float(sparse["coverage"].min()), float(sparse["coverage"].max())
+    share = f"{100 * lo:.0f}%" if round(100 * lo) == round(100 * hi) else f"{100 * lo:.0f}-{100 * hi:.0f}%"
+    return tile_steps(steps, gpu, sparse["rank"]), (
+        f"step annotations cover only {share} of the GPU time on rank(s) {_ranks_text(sparse['rank'].to_list())} "
+        "(work launched from other threads falls outside them): steps were tiled, step N running until step N+1 starts"
+    )
+
+
+def assemble(traces: list[RankTrace], skipped: list[Skipped], warnings: list[str],
+             step_marker: str | None = None) -> TraceSet:
     gpu = pl.concat([conform(t.gpu, GPU_SCHEMA) for t in traces])
     cpu = pl.concat([conform(t.cpu, CPU_SCHEMA) for t in traces])
     calls = pl.concat([conform(t.comm_calls, COMM_CALL_SCHEMA) for t in traces])
@@ -236,11 +253,14 @@ def assemble(traces: list[RankTrace], skipped: list[Skipped], warnings: list[str
     if host_steps:
         steps = pl.concat([steps, gpu_step_windows(pl.concat(host_steps), gpu, cpu)])
     steps = steps.sort("rank", "start_ns")
+    steps, tiled = _tile_sparse_steps(steps, gpu)
+    if tiled:
+        warnings.append(tiled)
     no_steps = [t.meta.rank for t in traces if t.steps.height == 0]
     if no_steps:
         warnings.append(f"no step markers on rank(s) {_ranks_text(no_steps)}: analyzed as one window")
     groups = {t.meta.rank: t.meta.process_groups for t in traces}
-    table = collectives.build_table(gpu, cpu, calls, steps, groups)
+    table = collectives.build_table(gpu, cpu, calls, steps, groups, host_step_windows(cpu, step_marker))
     missing = table.filter(~pl.col("has_meta"))
     if missing.height:
         warnings.append(

@@ -184,3 +184,61 @@ def gpu_step_windows(steps: pl.DataFrame, gpu: pl.DataFrame, cpu: pl.DataFrame) 
     linked_ranks = moved["rank"].unique()
     kept = steps.filter(~pl.col("rank").is_in(linked_ranks.implode()))
     return pl.concat([moved.select(steps.columns).cast(dict(steps.schema)), kept]).sort("rank", "start_ns")
+
+
+MIN_STEP_COVERAGE = 0.8  # step annotations covering less of a rank's GPU time than this are tiled
+DEFAULT_STEP_MARKER = r"^ProfilerStep#(\d+)$"
+
+
+def step_coverage(steps: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
+    """Per rank: the share of its GPU time (from its first step on) that falls inside its step windows.
+
+    Kernels launched from other threads than the annotating one (autograd engine, FSDP hooks, side
+    streams) fall outside Kineto's GPU-side ``ProfilerStep#N``; this measures how much did.
+    """
+    work = gpu.filter(pl.col("kind").is_in(BUSY_KINDS) & (pl.col("end_ns") > pl.col("start_ns"))).select(
+        "rank", "start_ns", "end_ns"
+    )
+    windows = steps.select("rank", pl.col("start_ns").alias("w_start"), pl.col("end_ns").alias("w_end")).sort("w_start")
+    first = steps.group_by("rank").agg(pl.col("start_ns").min().alias("first"))
+    inside = (
+        work.join(first, on="rank").filter(pl.col("start_ns") >= pl.col("first")).sort("start_ns")
+        .join_asof(windows, left_on="start_ns", right_on="w_start", by="rank", strategy="backward",
+                   check_sortedness=False)
+        .with_columns((pl.min_horizontal("end_ns", "w_end") - pl.col("start_ns")).clip(0).fill_null(0).alias("_in"))
+    )
+    return inside.group_by("rank").agg(
+        (pl.col("_in").sum() / (pl.col("end_ns") - pl.col("start_ns")).sum()).alias("coverage")
+    ).sort("rank")
+
+
+def tile_steps(steps: pl.DataFrame, gpu: pl.DataFrame, ranks: pl.Series | list[int]) -> pl.DataFrame:
+    """Step N of each listed rank runs from its start to the start of step N+1; the last to the rank's last GPU event."""
+    last = gpu.group_by("rank").agg(pl.col("end_ns").max().alias("_last"))
+    tiled = (
+        steps.filter(pl.col("rank").is_in(list(ranks)))
+        .sort("rank", "start_ns")
+        .join(last, on="rank", how="left")
+        .with_columns(
+            pl.coalesce(pl.col("start_ns").shift(-1).over("rank"),
+                        pl.max_horizontal("end_ns", "_last")).alias("end_ns")
+        )
+        .drop("_last")
+    )
+    kept = steps.filter(~pl.col("rank").is_in(list(ranks)))
+    return pl.concat([kept, tiled.select(steps.columns)]).sort("rank", "start_ns")
+
+
+def host_step_windows(cpu: pl.DataFrame, marker: str | None = None) -> pl.DataFrame:
+    """Host-side step windows (rank, step, start_ns, end_ns) from annotations named like the step marker."""
+    pattern = marker or DEFAULT_STEP_MARKER
+    ann = cpu.filter((pl.col("kind") == "annotation") & pl.col("name").str.contains(pattern))
+    if ann.height == 0:
+        return pl.DataFrame(schema={"rank": pl.Int32, "step": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64})
+    number = pl.col("name").str.extract(r"(\d+)", 1).cast(pl.Int64, strict=False)
+    return (
+        ann.sort("rank", "start_ns")
+        .with_columns(pl.coalesce(number, pl.int_range(pl.len()).over("rank").cast(pl.Int64)).alias("step"))
+        .group_by("rank", "step").agg(pl.col("start_ns").min(), pl.col("end_ns").max())
+        .sort("rank", "start_ns")
+    )

@@ -151,6 +151,10 @@ class Scenario:
     gpus_per_host: int = 8
     jitter_ns: int = 8_000  # per-phase compute jitter, distinct across ranks where the range allows
     seed: int = 0
+    # structured background lateness (ring position, not slowness): in collective j of every step, rank
+    # position_late_ranks[j % len] arrives position_late_ns late (its kernels before it run that much longer)
+    position_late_ranks: tuple[int, ...] = ()
+    position_late_ns: int = 0
 
     def __post_init__(self) -> None:
         # Fill the defaults that depend on other fields; frozen, hence object.__setattr__.
@@ -498,6 +502,8 @@ def build(sc: Scenario) -> Workload:
                 if rk.rank in members and not delayed[rk.rank]:
                     extra = sc.delay(rk.rank, "compute")  # compute straggler: slower kernels, no idle gap
                     delayed[rk.rank] = True
+                if sc.position_late_ranks and rk.rank == sc.position_late_ranks[j % len(sc.position_late_ranks)]:
+                    extra += sc.position_late_ns
                 _run_phase(rk, sc, k, afters[j], jit[rk.rank], extra)
             k = afters[j]
             pieces = [tuple(col.peers)] if col.peers is not None else [pg.ranks for pg in groups]

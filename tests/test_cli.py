@@ -43,7 +43,7 @@ def test_text_report_reads_verdict_first() -> None:
     res = cli("analyze", str(HYBRID), "--no-cache")
     assert res.returncode == 0, res.stderr
     first = [ln for ln in res.stdout.splitlines() if ln.strip()][1]
-    assert first.startswith("Straggler: rank 3 made the others wait") and "host-bound" in first
+    assert first.startswith("Straggler: rank 3 is the root of") and "host-bound" in first
 
 
 def test_output_file(tmp_path: Path) -> None:

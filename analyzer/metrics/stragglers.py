@@ -1,25 +1,46 @@
-"""Straggler verdict: the rank that costs the others most, only when that is significant.
+"""Straggler verdict: the ranks whose own time (not a wait they passed on) costs the others most, when significant.
 
-In a balanced run the last arriver is random (about 1/n of instances each) and caused wait is spread
-out; a straggler is last far more often than chance (one-sided binomial test against its groups'
-sizes) and causes most of the wait. Its kind comes from what its GPU did while the others already
-waited: computing (compute straggler) or nothing (host/launch straggler).
+The verdict is decided on root-caused wait (``blame``), so a rank that arrived late only because a slow
+peer held it earlier is never blamed. A candidate is named only when it stands out from the run's own
+background, not against a fixed share:
+- consistent: the top root-causer of more steps than chance (binomial, steps >= 3), or the last
+  arriver of more instances than chance given its group sizes, or nearly all the root-caused wait;
+- dominant: in a typical step its costliest late arrival (own wait per waiting peer) is >= 1.5x the
+  median late arrival of the others in that step, so ring-position lateness, where several ranks take turns being last by
+  similar small amounts, stays background;
+- visible: its root-caused wait is >= 5% of the others' communication time.
+Several independent roots are tested in order of root-caused wait. The kind comes from what the
+rank's GPU did while the others already waited: computing (compute) or nothing (host/launch).
 """
 
 from __future__ import annotations
 
-import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import polars as pl
 
-MIN_CAUSED_SHARE = 0.5  # of all wait caused by anyone
-MAX_P_VALUE = 0.01
-MAX_STEP_P_VALUE = 0.05
-DOMINANT_SHARE = 0.8
+from .blame import Blame
+
+MAX_P_VALUE = 0.01  # instance-level binomial test
+MAX_STEP_P_VALUE = 0.05  # step-level binomial test
+DOMINANT_SHARE = 0.8  # of all root-caused wait: consistent without a test
+MIN_EFFECT = 1.5  # its costliest late arrival of a step against the step's median instance
 COMPUTE_SHARE = 0.25  # extra compute vs peers, as a share of the lateness, that makes a compute straggler
 IDLE_SHARE = 0.3  # GPU idle during the lateness windows that makes a host straggler
 MIN_WAIT_SHARE_OF_COMM = 0.05  # the waiting must be a visible part of the others' communication time
+MAX_ROOTS = 5
+
+
+@dataclass(frozen=True)
+class ChainLink:
+    """One hop of the delay: ``via`` (None: the root itself) delayed ``peers`` ranks of group ``pg``."""
+
+    via: tuple[int, ...]
+    pg: tuple[str, ...]
+    groups: int
+    peers: int  # distinct ranks that waited
+    wait_ns: float
 
 
 @dataclass(frozen=True)
@@ -27,81 +48,139 @@ class Verdict:
     rank: int
     kind: str  # "host" | "compute" | "unknown"
     caused_wait_ns: float
+    root_caused_wait_ns: float
     confidence: float
     chronic: bool
     last_arrival_pct: float
-    steps_last: int
+    steps_last: int  # steps where it was the top root-causer
     steps_seen: int
     idle_before_ns: float  # GPU idle while the others already waited (union of its lateness windows)
     compute_before_ns: float  # compute it ran beyond its peers' median (whole window)
     instances_last: int
+    effect: float  # its costliest late arrival per step / the step's median instance (inf: nobody else late)
+    chain: tuple[ChainLink, ...] = ()
 
 
 def binom_sf(k: int, n: int, p: float) -> float:
     """P(X >= k) for X ~ Binomial(n, p)."""
-    if k <= 0:
+    if k <= 0 or n <= 0:
         return 1.0
     if p <= 0:
         return 0.0
-    total = 0.0
-    for i in range(k, n + 1):
-        total += math.exp(math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1)
-                          + i * math.log(p) + (n - i) * math.log1p(-p))
-    return min(1.0, total)
+    if p >= 1:
+        return 1.0
+    from scipy.stats import binomtest  # lazy: scipy costs ~0.3 s of start-up
+
+    return float(binomtest(min(k, n), n, p, alternative="greater").pvalue)
 
 
-def ranking(per_rank: pl.DataFrame, expected_last: pl.DataFrame) -> pl.DataFrame:
-    """Ranks by wait caused, with last-arrival share and the binomial p-value of being last that often.
+def ranking(per_rank: pl.DataFrame, expected_last: pl.DataFrame, blame: Blame | None = None) -> pl.DataFrame:
+    """Ranks by root-caused (else caused) wait, with last-arrival share and the binomial p-value of being last.
 
     ``expected_last``: rank, expected (Σ over its instances of 1/group size).
     """
+    df = per_rank.join(expected_last, on="rank", how="left")
+    if blame is not None:
+        df = df.join(blame.ranks, on="rank", how="left")
+    else:
+        df = df.with_columns(pl.col("caused_wait_ns").alias("root_caused_wait_ns"), pl.lit(0.0).alias("propagated_wait_ns"))
     rows = []
-    for r in per_rank.join(expected_last, on="rank", how="left").iter_rows(named=True):
+    for r in df.iter_rows(named=True):  # ranks x a scalar test each: cheap next to the tables
         n = int(r["instances"])
         k = int(r["last_count"])
         p = (r["expected"] or 0.0) / n if n else 0.0
         rows.append({
             "rank": r["rank"],
             "caused_wait_ns": float(r["caused_wait_ns"]),
+            "root_caused_wait_ns": float(r["root_caused_wait_ns"] or 0.0),
+            "propagated_wait_ns": float(r["propagated_wait_ns"] or 0.0),
             "wait_ns": float(r["wait_ns"]),
             "last_count": k,
             "instances": n,
             "last_arrival_pct": 100.0 * k / n if n else None,
             "steps_last": int(r["steps_last"]),
             "steps_seen": int(r["steps_seen"]),
-            "p_value": binom_sf(k, n, p) if n else 1.0,
+            "p_value": binom_sf(k, n, p) if n and k > n * p else 1.0,
         })
-    schema = {"rank": pl.Int32, "caused_wait_ns": pl.Float64, "wait_ns": pl.Float64, "last_count": pl.Int64,
+    schema = {"rank": pl.Int32, "caused_wait_ns": pl.Float64, "root_caused_wait_ns": pl.Float64,
+              "propagated_wait_ns": pl.Float64, "wait_ns": pl.Float64, "last_count": pl.Int64,
               "instances": pl.Int64, "last_arrival_pct": pl.Float64, "steps_last": pl.Int64,
               "steps_seen": pl.Int64, "p_value": pl.Float64}
-    return pl.DataFrame(rows, schema=schema).sort(["caused_wait_ns", "rank"], descending=[True, False])
+    return pl.DataFrame(rows, schema=schema).sort(
+        ["root_caused_wait_ns", "caused_wait_ns", "rank"], descending=[True, True, False]
+    )
 
 
-def verdict(rank_order: pl.DataFrame, comm_ns: dict[int, float], causes: dict[int, dict[str, float]]) -> Verdict | None:
-    """The top of the ranking, if significant; ``causes[rank]`` from waits.lateness_cause."""
-    if rank_order.height == 0:
-        return None
-    total_caused = float(rank_order["caused_wait_ns"].sum())
-    top = rank_order.row(0, named=True)
-    if total_caused <= 0 or top["caused_wait_ns"] <= 0:
-        return None
-    share = top["caused_wait_ns"] / total_caused
-    others_comm = sum(v for r, v in comm_ns.items() if r != top["rank"])
-    others_wait = top["caused_wait_ns"]
-    visible = others_comm > 0 and others_wait / others_comm >= MIN_WAIT_SHARE_OF_COMM
-    # consistency: top causer of more steps than chance (steps are repeated measurements), or, without
-    # steps, last arriver more often than chance; an overwhelming share of the caused wait also counts
-    steps_seen = top["steps_seen"]
-    if steps_seen >= 3:
-        n_ranks = max(rank_order.height, 2)
-        p_value = binom_sf(top["steps_last"], steps_seen, 1.0 / n_ranks)
-        consistent = p_value <= MAX_STEP_P_VALUE
-    else:
-        p_value = top["p_value"]
-        consistent = p_value <= MAX_P_VALUE or share >= DOMINANT_SHARE
-    if share < MIN_CAUSED_SHARE or not consistent or not visible:
-        return None
-    cause = causes.get(top["rank"], {})
+def roots(
+    order: pl.DataFrame,
+    blame: Blame,
+    comm_ns: dict[int, float],
+    cause_of: Callable[[int], dict[str, float]],
+) -> list[Verdict]:
+    """Independent root stragglers, most costly first (empty: none significant).
+
+    ``order`` from :func:`ranking`; ``cause_of(rank)`` from waits.lateness_cause.
+    """
+    accepted: list[Verdict] = []
+    inst = blame.instances.filter(pl.col("caused_ns") > 0)  # instances where someone waited
+    per_step = blame.steps
+    n_steps = per_step["step"].n_unique() if per_step.height else 0
+    for cand in order.head(MAX_ROOTS).iter_rows(named=True):
+        rank, root = int(cand["rank"]), float(cand["root_caused_wait_ns"])
+        if root <= 0:
+            break
+        done = [v.rank for v in accepted]
+        rest = order.filter(~pl.col("rank").is_in(done))
+        total = float(rest["root_caused_wait_ns"].sum())
+        share = root / total if total > 0 else 0.0
+        # consistency across steps (top root-causer among the ranks not yet named)
+        top = (
+            per_step.filter(~pl.col("rank").is_in(done))
+            .sort(["root_caused_wait_ns", "rank"], descending=[True, False])
+            .group_by("step", maintain_order=True).first()
+        )
+        steps_last = top.filter(pl.col("rank") == rank).height
+        causers = max(per_step.filter(~pl.col("rank").is_in(done) & (pl.col("root_caused_wait_ns") > 0))["rank"]
+                      .n_unique(), 2)
+        p_steps = binom_sf(steps_last, n_steps, 1.0 / causers) if n_steps >= 3 else 1.0
+        p_inst = float(cand["p_value"])
+        consistent = p_steps <= MAX_STEP_P_VALUE or p_inst <= MAX_P_VALUE or share >= DOMINANT_SHARE
+        # its worst late arrival of each step against the step's typical one
+        effect = _effect(inst, rank)
+        dominant = effect >= MIN_EFFECT
+        others_comm = sum(v for r, v in comm_ns.items() if r != rank)
+        visible = others_comm > 0 and root / others_comm >= MIN_WAIT_SHARE_OF_COMM
+        if not (consistent and dominant and visible):
+            continue
+        p_cons = min(p_steps, p_inst) if share < DOMINANT_SHARE else min(p_steps, p_inst, 1.0 - share)
+        confidence = 1.0 - p_cons
+        accepted.append(_verdict(cand, cause_of(rank), root, confidence, steps_last, n_steps, effect,
+                                 chain(blame, rank)))
+    return accepted
+
+
+def _effect(inst: pl.DataFrame, rank: int) -> float:
+    """Median over steps of: its costliest late arrival (own wait per peer) / the median of the others'.
+
+    Ring-position lateness makes several ranks last by similar small amounts: ~1. A straggler's late
+    arrivals cost far more than the step's typical instance. Inf when it is the only one late.
+    """
+    per_peer = inst.with_columns(
+        pl.col("step").fill_null(-1),
+        (pl.col("own_ns") / (pl.col("n_ranks").cast(pl.Float64) - 1).clip(1)).alias("ell"),
+    )
+    typical = per_peer.filter(pl.col("last_rank") != rank).group_by("step").agg(pl.col("ell").median().alias("typical"))
+    peak = per_peer.filter(pl.col("last_rank") == rank).group_by("step").agg(pl.col("ell").max().alias("peak"))
+    if peak.height == 0:
+        return 0.0
+    ratio = peak.join(typical, on="step", how="left").select(
+        pl.when(pl.col("typical") > 0).then(pl.col("peak") / pl.col("typical")).otherwise(float("inf"))
+    ).to_series()
+    return float(ratio.median())
+
+
+def _verdict(cand: dict, cause: dict[str, float], root: float, confidence: float, steps_last: int, n_steps: int,
+             effect: float, links: tuple[ChainLink, ...]) -> Verdict:
     late = cause.get("late_ns", 0.0)
     idle, excess = cause.get("idle_ns", 0.0), cause.get("excess_compute_ns", 0.0)
     # compute straggler: it ran markedly more compute than its peers, enough to explain a good part of
@@ -116,15 +195,42 @@ def verdict(rank_order: pl.DataFrame, comm_ns: dict[int, float], causes: dict[in
     else:
         kind = "unknown"
     return Verdict(
-        rank=int(top["rank"]),
-        kind=kind,
-        caused_wait_ns=float(top["caused_wait_ns"]),
-        confidence=min(share, 1.0 - p_value),
-        chronic=steps_seen > 0 and top["steps_last"] * 2 > steps_seen,
-        last_arrival_pct=float(top["last_arrival_pct"] or 0.0),
-        steps_last=int(top["steps_last"]),
-        steps_seen=int(steps_seen),
-        idle_before_ns=idle,
-        compute_before_ns=excess,
-        instances_last=int(top["last_count"]),
+        rank=int(cand["rank"]), kind=kind, caused_wait_ns=float(cand["caused_wait_ns"]), root_caused_wait_ns=root,
+        confidence=max(0.0, min(confidence, 1.0)), chronic=n_steps > 0 and steps_last * 2 > n_steps,
+        last_arrival_pct=float(cand["last_arrival_pct"] or 0.0), steps_last=steps_last, steps_seen=n_steps,
+        idle_before_ns=idle, compute_before_ns=excess, instances_last=int(cand["last_count"]), effect=effect,
+        chain=links,
     )
+
+
+def chain(blame: Blame, rank: int) -> tuple[ChainLink, ...]:
+    """How the root's delay spread: the groups it delayed itself, then those its delayed peers delayed."""
+    # the instances whose wait is mostly this root's and not negligible next to its largest (microseconds
+    # of release jitter relayed further are not a hop worth naming)
+    flows = (
+        blame.flows.filter(pl.col("root_rank") == rank)
+        .join(blame.instances.select("instance", "pg", "group_ranks", "last_rank", "caused_ns"), on="instance")
+        .filter((pl.col("amount_ns") >= 0.5 * pl.col("caused_ns"))
+                & (pl.col("amount_ns") >= 0.05 * pl.col("amount_ns").max()))
+    )
+    if flows.height == 0:
+        return ()
+    flows = flows.with_columns((pl.col("last_rank") != rank).alias("_hop"),
+                               pl.col("group_ranks").str.split(",").alias("_members"))
+    links = []
+    for hop in (False, True):
+        part = flows.filter(pl.col("_hop") == hop)
+        if part.height == 0:
+            continue
+        waiting = part.select("last_rank", "_members").explode("_members").select(
+            "last_rank", pl.col("_members").cast(pl.Int32, strict=False).alias("r")
+        )
+        waiting = waiting.filter(pl.col("r") != pl.col("last_rank"))["r"].n_unique()
+        links.append(ChainLink(
+            via=tuple(sorted(int(x) for x in part["last_rank"].unique())) if hop else (),
+            pg=tuple(sorted((str(x) for x in part["pg"].drop_nulls().unique()), key=lambda p: (len(p), p))),
+            groups=part["group_ranks"].n_unique(),
+            peers=int(waiting),
+            wait_ns=float(part["amount_ns"].sum()),
+        ))
+    return tuple(links)

@@ -12,6 +12,7 @@ from typing import Any
 import polars as pl
 
 from ..analysis import Analysis
+from ..metrics.stragglers import Verdict
 from .whatif import critical_path_records, whatif_dict
 
 SCHEMA = "commscope.analysis/1"
@@ -19,12 +20,12 @@ SCHEMA = "commscope.analysis/1"
 RANK_FIELDS = (
     "rank", "steps", "compute_ms", "comm_ms", "overlapped_comm_ms", "exposed_comm_ms", "overlap_pct",
     "exposed_wait_ms", "exposed_transfer_ms", "idle_ms", "memcpy_ms", "wait_ms", "caused_wait_ms",
-    "last_arrival_pct", "span_ms", "busy_ms", "compute_only_ms",
+    "root_caused_wait_ms", "propagated_wait_ms", "last_arrival_pct", "span_ms", "busy_ms", "compute_only_ms",
 )
 STEP_FIELDS = (
     "rank", "step", "start_ms", "span_ms", "compute_ms", "comm_ms", "overlapped_comm_ms", "exposed_comm_ms",
     "overlap_pct", "exposed_wait_ms", "exposed_transfer_ms", "compute_only_ms", "memcpy_ms", "idle_ms", "wait_ms",
-    "caused_wait_ms",
+    "caused_wait_ms", "root_caused_wait_ms",
 )
 COLLECTIVE_FIELDS = (
     "pg", "seq", "op", "step", "bytes", "ranks", "group_size", "transfer_ms", "max_wait_ms", "total_wait_ms",
@@ -52,6 +53,18 @@ def _records(df: pl.DataFrame, fields: tuple[str, ...]) -> list[dict]:
     return [clean(r) for r in df.select(cols).to_dicts()]
 
 
+def _verdict(v: Verdict) -> dict:
+    return clean({
+        "rank": v.rank, "kind": v.kind, "root_caused_wait_ms": v.root_caused_wait_ns / 1e6,
+        "caused_wait_ms": v.caused_wait_ns / 1e6, "confidence": v.confidence, "chronic": v.chronic,
+        "last_arrival_pct": v.last_arrival_pct, "steps_last": v.steps_last, "steps_seen": v.steps_seen,
+        "idle_before_ms": v.idle_before_ns / 1e6, "compute_before_ms": v.compute_before_ns / 1e6,
+        "instances_last": v.instances_last, "effect": v.effect,
+        "chain": [{"via": list(c.via), "pg": list(c.pg), "groups": c.groups, "peers": c.peers,
+                   "wait_ms": c.wait_ns / 1e6} for c in v.chain],
+    })
+
+
 def to_dict(a: Analysis) -> dict:
     ranks = []
     for row in a.ranks.to_dicts():
@@ -59,19 +72,12 @@ def to_dict(a: Analysis) -> dict:
         rec["step_time_ms"] = {"mean": row["step_time_mean_ms"], "p50": row["step_time_p50_ms"],
                                "max": row["step_time_max_ms"]}
         ranks.append(clean(rec))
-    v = a.verdict
-    verdict = None
-    if v is not None:
-        verdict = clean({
-            "rank": v.rank, "kind": v.kind, "caused_wait_ms": v.caused_wait_ns / 1e6, "confidence": v.confidence,
-            "chronic": v.chronic, "last_arrival_pct": v.last_arrival_pct, "steps_last": v.steps_last,
-            "steps_seen": v.steps_seen, "idle_before_ms": v.idle_before_ns / 1e6,
-            "compute_before_ms": v.compute_before_ns / 1e6, "instances_last": v.instances_last,
-        })
+    roots = [_verdict(v) for v in a.roots]
     ranking = [
-        clean({"rank": r["rank"], "caused_wait_ms": r["caused_wait_ns"] / 1e6, "wait_ms": r["wait_ns"] / 1e6,
-               "last_arrival_pct": r["last_arrival_pct"], "steps_last": r["steps_last"],
-               "instances": r["instances"]})
+        clean({"rank": r["rank"], "root_caused_wait_ms": r["root_caused_wait_ns"] / 1e6,
+               "propagated_wait_ms": r["propagated_wait_ns"] / 1e6, "caused_wait_ms": r["caused_wait_ns"] / 1e6,
+               "wait_ms": r["wait_ns"] / 1e6, "last_arrival_pct": r["last_arrival_pct"],
+               "steps_last": r["steps_last"], "instances": r["instances"]})
         for r in a.ranking.to_dicts()
     ]
     fit = a.clock
@@ -82,7 +88,7 @@ def to_dict(a: Analysis) -> dict:
         "steps": _records(a.steps, STEP_FIELDS),
         "collectives": _records(a.collectives, COLLECTIVE_FIELDS),
         "bandwidth": _records(a.bandwidth, tuple(a.bandwidth.columns)),
-        "stragglers": {"verdict": verdict, "ranking": ranking},
+        "stragglers": {"verdict": roots[0] if roots else None, "roots": roots, "ranking": ranking},
         "clock": clean({
             "method": fit.method,
             "reference_rank": fit.reference,

@@ -3,10 +3,41 @@
 from __future__ import annotations
 
 from ..analysis import Analysis
+from ..metrics.stragglers import Verdict
 
 
 def _ms(x: float | None) -> str:
     return "n/a" if x is None else f"{x:,.1f} ms"
+
+
+def ranks_text(ranks: tuple[int, ...] | list[int], most: int = 8) -> str:
+    """0,1,2,3,7 -> '0-3, 7' (at most ``most`` runs, then how many more)."""
+    runs: list[list[int]] = []
+    for r in sorted(ranks):
+        if runs and r == runs[-1][1] + 1:
+            runs[-1][1] = r
+        else:
+            runs.append([r, r])
+    text = [f"{a}-{b}" if b > a else f"{a}" for a, b in runs[:most]]
+    more = len(runs) - most
+    return ", ".join(text) + (f" and {more} more runs" if more > 0 else "")
+
+
+def chain_text(v: Verdict) -> str:
+    """How the root's delay spread, e.g. 'rank 9 delayed 10 ranks directly (pg 3, 10); through ranks 8, 10-11,
+    that delayed 28 more (3 groups of pg 9, 11, 12).'"""
+    direct = [c for c in v.chain if not c.via]
+    hops = [c for c in v.chain if c.via]
+    if not direct:
+        return ""
+    d = direct[0]
+    text = f"Rank {v.rank} delayed {d.peers} rank{'s' if d.peers != 1 else ''} directly (pg {', '.join(d.pg)})"
+    if hops:
+        h = hops[0]
+        text += (f"; through rank{'s' if len(h.via) > 1 else ''} {ranks_text(h.via)}, which it had held up, "
+                 f"{h.peers} more waited ({h.groups} group{'s' if h.groups != 1 else ''}: pg {', '.join(h.pg[:8])}"
+                 f"{', ...' if len(h.pg) > 8 else ''})")
+    return text + "."
 
 
 def headline(a: Analysis) -> list[str]:
@@ -22,8 +53,14 @@ def headline(a: Analysis) -> list[str]:
         }[v.kind]
         pattern = "chronic" if v.chronic else "transient"
         steps = f" over {v.steps_last} of {v.steps_seen} steps" if v.steps_seen else ""
-        lines.append(f"Straggler: rank {v.rank} made the others wait {v.caused_wait_ns / 1e6:,.1f} ms{steps} "
-                     f"({cause}; {pattern}).")
+        lines.append(f"Straggler: rank {v.rank} is the root of {v.root_caused_wait_ns / 1e6:,.1f} ms of the others' "
+                     f"wait{steps} ({cause}; {pattern}).")
+        hops = chain_text(v)
+        if hops:
+            lines.append(hops)
+        for extra in a.roots[1:]:
+            lines.append(f"Also a root: rank {extra.rank} ({extra.kind}), {extra.root_caused_wait_ns / 1e6:,.1f} ms "
+                         "of the others' wait.")
     elif a.matching.get("instances"):
         lines.append("No straggler: the wait the ranks cause each other is spread evenly.")
     r = a.ranks

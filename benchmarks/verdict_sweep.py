@@ -1,0 +1,72 @@
+"""Acceptance sweep for the straggler verdict on generated hybrid TP x DP jobs (not a test: minutes).
+
+For each job size, seeds x {host, compute} runs with one late rank at a random position and a random
+delay of 1-5 ms, plus balanced runs (jitter on, no late rank). Prints, per size, how often the verdict
+names the right rank and kind, and how often a balanced run gets no verdict.
+
+    python -m benchmarks.verdict_sweep --sizes 32,256,1024 --seeds 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from analyzer.analysis import analyze
+from analyzer.loader import LoadOptions, load
+from sample_traces.generate import Scenario, build, write_kineto
+
+
+def one(ranks: int, tp: int, late: tuple[int, int, str] | None, seed: int, steps: int, jitter_ns: int) -> tuple:
+    sc = Scenario(ranks=ranks, tp=tp, steps=steps, seed=seed, jitter_ns=jitter_ns,
+                  late_ranks={late[0]: (late[1], late[2])} if late else {})
+    folder = Path(tempfile.mkdtemp(prefix="sweep-"))
+    try:
+        write_kineto(build(sc), folder)
+        a = analyze(load([folder], LoadOptions(jobs=1, cache=False)))
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    v = a.verdict
+    return (v.rank, v.kind) if v else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--sizes", default="32,256,1024")
+    p.add_argument("--seeds", type=int, default=10)
+    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--jitter-us", type=int, default=8)
+    a = p.parse_args(argv)
+    for ranks in (int(x) for x in a.sizes.split(",")):
+        tp = 4 if ranks < 64 else 8
+        ok = total = null_ok = null_total = 0
+        misses = []
+        t0 = time.perf_counter()
+        for seed in range(a.seeds):
+            rng = random.Random(1000 * ranks + seed)
+            for kind in ("host", "compute"):
+                r, delay = rng.randrange(ranks), rng.randint(1, 5) * 1_000_000
+                got = one(ranks, tp, (r, delay, kind), seed, a.steps, a.jitter_us * 1000)
+                total += 1
+                if got == (r, kind):
+                    ok += 1
+                else:
+                    misses.append(f"seed {seed} rank {r} {kind} {delay // 1_000_000} ms -> {got}")
+            got = one(ranks, tp, None, seed, a.steps, a.jitter_us * 1000)
+            null_total += 1
+            null_ok += got is None
+            if got is not None:
+                misses.append(f"seed {seed} balanced -> {got}")
+        print(f"{ranks} ranks (tp {tp}, {a.steps} steps, jitter {a.jitter_us} us): right rank and kind "
+              f"{ok}/{total}, balanced -> null {null_ok}/{null_total} ({time.perf_counter() - t0:.0f} s)", flush=True)
+        for m in misses:
+            print("   ", m, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
