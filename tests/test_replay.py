@@ -92,18 +92,20 @@ def test_replay_reproduces_generated_step_times(tmp_path: Path, sc: Scenario) ->
     assert a.whatif.replay_error_pct < 5.0 and float(a.whatif.errors["error_pct"].max()) < 5.0
 
 
-@pytest.mark.parametrize("kind,tp", [("host", 1), ("compute", 1), ("host", 2), ("compute", 4)])
-def test_no_straggler_predicts_the_run_without_the_late_rank(tmp_path: Path, kind: str, tp: int) -> None:
-    base = dict(ranks=8, tp=tp, steps=4, overlap=0.5, seed=3)
-    late = _gen(tmp_path, "late", Scenario(**base, late_ranks={6: (3_000_000, kind)}))
+@pytest.mark.parametrize("kind,tp,ranks,late_rank", [("host", 1, 8, 6), ("compute", 1, 8, 6), ("host", 2, 8, 6),
+                                                     ("compute", 4, 8, 6), ("host", 8, 32, 21)])
+def test_no_straggler_predicts_the_run_without_the_late_rank(tmp_path: Path, kind: str, tp: int, ranks: int,
+                                                             late_rank: int) -> None:
+    base = dict(ranks=ranks, tp=tp, steps=4, overlap=0.5, seed=3)
+    late = _gen(tmp_path, "late", Scenario(**base, late_ranks={late_rank: (3_000_000, kind)}))
     clean = _gen(tmp_path, "clean", Scenario(**base))
-    assert late.verdict is not None and (late.verdict.rank, late.verdict.kind) == (6, kind)
+    assert late.verdict is not None and (late.verdict.rank, late.verdict.kind) == (late_rank, kind)
     pred = late.whatif.scenarios.filter(pl.col("name") == "no_straggler")["step_time_ns"][0] / 1e6
     assert _step_ms(late) > 1.5 * _step_ms(clean)  # the delay matters, so the prediction is not trivially close
     assert pred == pytest.approx(_step_ms(clean), rel=0.05)
     # compare checks that prediction against the run without the straggler
     p = compare(late, clean).straggler.prediction
-    assert p is not None and abs(p.error_pct) < 5.0 and p.rank == 6
+    assert p is not None and abs(p.error_pct) < 5.0 and p.rank == late_rank
 
 
 def test_busbw_at_twice_the_measured_bandwidth_predicts_half_the_transfer(tmp_path: Path) -> None:
@@ -192,3 +194,16 @@ def test_per_dimension_hiding_saves_exactly_that_dimensions_transfer(tmp_path: P
     assert saving["no_exposed_comm:tp"] == pytest.approx(tp_transfer, abs=1)
     assert saving["no_exposed_comm:dp"] == pytest.approx(dp_transfer, abs=1)
     assert saving["no_exposed_comm"] == pytest.approx(tp_transfer + dp_transfer, abs=1)
+
+
+@pytest.mark.parametrize("folder", REAL, ids=lambda p: f"{p.parent.parent.name}/{p.name}")
+def test_critical_path_covers_each_real_step(folder: Path) -> None:
+    """The split adds up to the step's span over all ranks (aligned clock), even where kernel ends differ."""
+    from analyzer.metrics.critical_path import _job_windows, step_summary
+
+    a = run(folder)
+    job = _job_windows(a.traces.steps, a.clock.offsets_ns).sort("step")
+    path = step_summary(a.critical_path)
+    assert path["step"].to_list() == job["step"].to_list()
+    spans = (job["end_ns"] - job["start_ns"]).to_numpy()
+    assert path["path_ns"].to_numpy() == pytest.approx(spans, rel=1e-6)

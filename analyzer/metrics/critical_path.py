@@ -4,8 +4,9 @@ Backwards from the step's last operation to end (over all ranks, aligned clock):
 held up by its binding predecessor (what ended last before it started on its rank), the time between
 them being host/launch time or idle. At a matched collective the path jumps to the last arriver (its
 kernel is the transfer; the others' extra duration was waiting for it) and goes on from that rank's
-predecessor. The path stops where it leaves the step; the time from the step's start (the earliest
-window start of any rank, aligned) to the first operation on the path is host/idle on that rank.
+predecessor. The path stops where it leaves the step (a predecessor that ended before the step began: the earliest
+window start of any rank, aligned); everything is clipped to the step, so the time from its start to
+the path's first operation is host/idle on that rank and the parts add up to the step's span.
 The step's span splits into compute (operations that are not communication), exposed transfer
 (communication on the path: nothing hid it), wait (a kernel's duration beyond the transfer, where the
 path could not jump) and host/idle, per rank on the path. Pure: tables in, table out.
@@ -27,17 +28,13 @@ def critical_path(g: Graph, steps: pl.DataFrame, offsets_ns: dict[int, float] | 
     n = g.nodes
     if n.height == 0 or steps.height == 0 or n["step"].null_count() == n.height:
         return empty
-    step = n["step"].fill_null(-1).to_numpy()
     bp = n["bind_pred"].fill_null(-1).to_numpy()
     inst = n["inst"].fill_null(-1).to_numpy()
     last = g.instances.sort("inst")["last_node"].to_numpy()
-    # redirect a matched kernel to its instance's last arriver (same instance, same step)
+    # a matched kernel stands for its instance's last arriver (the one the others waited for)
     redirect = np.where(inst >= 0, last[np.maximum(inst, 0)] if last.size else 0, np.arange(n.height))
-    inside = (bp >= 0) & (step[np.maximum(bp, 0)] == step) & (step >= 0)
-    nxt = np.where(inside, redirect[np.maximum(bp, 0)], -1)
-
-    a_end = n["a_end_ns"].to_numpy()
-    a_start = n["a_start_ns"].to_numpy()
+    a_end = n["a_end_ns"].to_numpy().astype(np.float64)
+    a_start = n["a_start_ns"].to_numpy().astype(np.float64)
     job = _job_windows(steps, offsets_ns)
     in_step = n.select("node", "step", "rank", "a_end_ns").filter(pl.col("step").is_not_null())
     ends = in_step.sort("a_end_ns", "node").group_by("step").agg(pl.col("node").last(), pl.col("rank").last())
@@ -45,48 +42,52 @@ def critical_path(g: Graph, steps: pl.DataFrame, offsets_ns: dict[int, float] | 
     if ends.height == 0:
         return empty
     root0 = ends["node"].to_numpy()
-    cur = redirect[root0]
-    path_nodes, path_terminal = [cur], []
+    # walk every step's path at once; a path leaves its step where a predecessor ended before the step began.
+    # `upper`: where the path stands when it reaches a node (the end of the kernel it came from: at a jump
+    # to the last arriver, the kernel on the rank it left may end later than the last arriver's)
+    cur, t0, stp = redirect[root0], ends["start_ns"].to_numpy().astype(np.float64), ends["step"].to_numpy()
+    pre, upper = root0, a_end[root0]
+    seen: list[tuple[np.ndarray, ...]] = []
     for _ in range(n.height):  # strictly backwards in time; the bound only guards against bad matches
-        nx = nxt[cur]
-        path_terminal.append(cur[nx < 0])
-        cur = nx[nx >= 0]
+        seen.append((cur, pre, upper, t0, stp))
+        b = bp[cur]
+        more = (b >= 0) & (a_end[np.maximum(b, 0)] > t0)
+        b, t0, stp = b[more], t0[more], stp[more]
+        cur, pre, upper = redirect[b], b, a_end[b]
         if cur.size == 0:
             break
-        path_nodes.append(cur)
-    on = np.concatenate(path_nodes)
-    term = np.concatenate(path_terminal)
+    on, pre, upper, t0, stp = (np.concatenate(x) for x in zip(*seen))
 
-    dur = n["dur_ns"].to_numpy().astype(np.float64)
-    gap = n["gap_ns"].fill_null(0).to_numpy().astype(np.float64)
-    kind = n["kind"].to_numpy()
-    tr = n["transfer_ns"].fill_null(-1).to_numpy().astype(np.float64)
-    comm = kind == "comm"
-    matched = inst >= 0
-    transfer = np.where(matched, np.minimum(dur, np.maximum(tr, 0)), np.where(comm, dur, 0.0))
-    wait = np.where(matched, dur - transfer, 0.0)
-    compute = np.where(comm, 0.0, dur)
-    idle = gap.copy()
-    # a path's first operation: only the time since the job's step start counts (aligned clock)
-    job_start = dict(zip(job["step"].to_list(), job["start_ns"].to_list()))
-    t_step = np.array([job_start.get(int(s), 0) for s in step[term]], dtype=np.float64)
-    bp_end = np.where(bp[term] >= 0, a_end[np.maximum(bp[term], 0)], -np.inf)
-    idle_term = np.maximum(a_start[term] - np.maximum(bp_end, t_step), 0.0)
+    dur = n["dur_ns"].to_numpy().astype(np.float64)[on]
+    tr = n["transfer_ns"].fill_null(-1).to_numpy().astype(np.float64)[on]
+    comm = (n["kind"] == "comm").to_numpy()[on]
+    matched = inst[on] >= 0
+    s0, e0 = a_start[on], np.minimum(a_end[on], upper)
+    # a kernel's last `transfer` is transfer, what comes before it waiting; everything clipped to [t0, upper]
+    transfer = np.where(matched, np.clip(tr, 0, dur), np.where(comm, dur, 0.0))
+    w_end = a_end[on] - transfer
+    clip_start = np.maximum(s0, t0)
+    compute = np.where(comm, 0.0, np.maximum(e0 - clip_start, 0.0))
+    wait = np.where(comm, np.maximum(np.minimum(w_end, e0) - clip_start, 0.0), 0.0)
+    xfer = np.where(comm, np.maximum(e0 - np.maximum(w_end, t0), 0.0), 0.0)
+    b = bp[on]
+    b_end = np.where(b >= 0, a_end[np.maximum(b, 0)], -np.inf)
+    idle = np.maximum(np.minimum(s0, upper) - np.maximum(b_end, t0), 0.0)  # host/launch gap before it
+    # the kernel the path jumped from ran on after the last arriver's ended: its tail is transfer on that rank
+    tail_x = np.maximum(upper - np.maximum(a_end[on], t0), 0.0)
+    ranks = n["rank"].to_numpy()
+    zero = np.zeros(on.size)
     contrib = pl.DataFrame({
-        "node": on, "step": step[on], "rank": n["rank"].to_numpy()[on],
-        "compute_ns": compute[on], "exposed_transfer_ns": transfer[on], "wait_ns": wait[on], "host_idle_ns": idle[on],
-    }).unique("node", keep="first")
-    contrib = contrib.with_columns(
-        pl.when(pl.col("node").is_in(pl.Series(term).implode()))
-        .then(pl.col("node").replace_strict(term, idle_term, default=0.0, return_dtype=pl.Float64))
-        .otherwise(pl.col("host_idle_ns")).alias("host_idle_ns"))
+        "step": np.concatenate([stp, stp]), "rank": np.concatenate([ranks[on], ranks[pre]]),
+        "compute_ns": np.concatenate([compute, zero]), "exposed_transfer_ns": np.concatenate([xfer, tail_x]),
+        "wait_ns": np.concatenate([wait, zero]), "host_idle_ns": np.concatenate([idle, zero]),
+    })
     # the step's tail after its last operation (idle until the step ends) is the ending rank's
     tail = ends.select("step", "rank", pl.lit(0.0).alias("compute_ns"), pl.lit(0.0).alias("exposed_transfer_ns"),
                        pl.lit(0.0).alias("wait_ns"),
                        pl.max_horizontal(pl.col("end_ns") - pl.Series(a_end[root0]), pl.lit(0)).cast(pl.Float64)
                        .alias("host_idle_ns"))
-    out = pl.concat([contrib.drop("node").cast({"rank": pl.Int32, "step": pl.Int64}),
-                     tail.cast({"rank": pl.Int32, "step": pl.Int64})])
+    out = pl.concat([contrib.cast({"rank": pl.Int32, "step": pl.Int64}), tail.cast({"rank": pl.Int32, "step": pl.Int64})])
     return out.group_by("step", "rank").agg(pl.col(f).sum() for f in FIELDS).sort("step", "rank")
 
 
