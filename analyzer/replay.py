@@ -193,6 +193,7 @@ class Segments:
     rel_start: np.ndarray  # each grouped node's start − its segment's first start (ns)
     rel_end: np.ndarray  # each grouped node's end − its segment's first start
     table: pl.DataFrame  # rank, step, span_ns (window), first_ns (min start), last_ns (max end)
+    next_seg: np.ndarray  # the rank's next segment when this window ends where it starts (tiled), else -1
 
 
 def segments(g: Graph, steps: pl.DataFrame) -> Segments:
@@ -213,15 +214,23 @@ def segments(g: Graph, steps: pl.DataFrame) -> Segments:
     table = seg.select("rank", "step", (pl.col("we") - pl.col("ws")).alias("span_ns"), "first_ns", "last_ns")
     rel_s = (n["start_ns"] - n["_f"]).to_numpy().astype(np.float64)
     rel_e = (n["end_ns"] - n["_f"]).to_numpy().astype(np.float64)
-    return Segments(n["node"].to_numpy(), bounds, rel_s, rel_e, table)
+    tiled = seg.with_row_index("_i").with_columns(
+        pl.col("_i").shift(-1).over("rank").alias("_next"), pl.col("ws").shift(-1).over("rank").alias("_next_ws"))
+    nxt = tiled.select(pl.when(pl.col("_next_ws") == pl.col("we")).then(pl.col("_next")).otherwise(None)
+                       .cast(pl.Int64).fill_null(-1))["_next"].to_numpy()
+    return Segments(n["node"].to_numpy(), bounds, rel_s, rel_e, table, nxt)
 
 
 def step_spans(seg: Segments, ds: np.ndarray, de: np.ndarray) -> np.ndarray:
-    """Replayed span (S, segments): the window's edges move with its first start and its last end."""
+    """Replayed span (S, segments): a window's start moves with its first operation, its end with its last
+    operation's end, or, where windows tile, with the next window's start."""
     if seg.order.size == 0:
         return np.zeros((ds.shape[0], 0))
     first = np.minimum.reduceat(ds[:, seg.order] + seg.rel_start, seg.bounds, axis=1)
     last = np.maximum.reduceat(de[:, seg.order] + seg.rel_end, seg.bounds, axis=1)
     last_m = (seg.table["last_ns"] - seg.table["first_ns"]).to_numpy().astype(np.float64)
     span = seg.table["span_ns"].to_numpy().astype(np.float64)
-    return span[None, :] + (last - last_m[None, :]) - first
+    # a window that ends where the next starts (tiled steps) ends where the next one starts in the replay
+    tiled = seg.next_seg >= 0
+    end_shift = np.where(tiled, first[:, np.maximum(seg.next_seg, 0)], last - last_m[None, :])
+    return span[None, :] + end_shift - first

@@ -207,3 +207,18 @@ def test_critical_path_covers_each_real_step(folder: Path) -> None:
     assert path["step"].to_list() == job["step"].to_list()
     spans = (job["end_ns"] - job["start_ns"]).to_numpy()
     assert path["path_ns"].to_numpy() == pytest.approx(spans, rel=1e-6)
+
+
+@pytest.mark.parametrize("kind", ["host", "compute"])
+def test_no_straggler_with_tiled_step_windows(tmp_path: Path, kind: str) -> None:
+    """Without GPU-side step annotations the windows tile (a step ends where the next starts): a host-late
+    rank's idle then sits at the end of its previous window, and must move with the next step's start."""
+    base = dict(ranks=8, tp=2, steps=4, gpu_step_annotations=False)
+    late = _gen(tmp_path, "late", Scenario(**base, late_ranks={5: (3_000_000, kind)}))
+    clean = _gen(tmp_path, "clean", Scenario(**base))
+    steps = late.traces.steps.sort("rank", "step")
+    assert steps.filter(pl.col("step") < pl.col("step").max())["end_ns"].to_list() == \
+        steps.filter(pl.col("step") > pl.col("step").min())["start_ns"].to_list()  # the windows do tile
+    pred = late.whatif.scenarios.filter(pl.col("name") == "no_straggler")["step_time_ns"][0] / 1e6
+    assert _step_ms(late) > 2 * _step_ms(clean)
+    assert pred == pytest.approx(_step_ms(clean), rel=0.05)
