@@ -11,7 +11,7 @@ from __future__ import annotations
 import polars as pl
 
 from .model import COLLECTIVE_SCHEMA, ProcessGroup, conform
-from .timeline import op_from_kernel_name
+from .timeline import launches, op_from_kernel_name
 
 
 # nccl-tests bus-bandwidth factors: busbw = algbw * factor(op, n)
@@ -71,14 +71,10 @@ def _link(cpu: pl.DataFrame, comm_calls: pl.DataFrame) -> pl.DataFrame:
     empty = pl.DataFrame(schema={"rank": pl.Int32, "correlation": pl.Int64, **{c: comm_calls.schema[c] for c in meta}})
     if comm_calls.height == 0:
         return empty
-    launches = (
-        cpu.filter((pl.col("kind") == "runtime") & pl.col("correlation").is_not_null())
-        .select("rank", "tid", pl.col("start_ns").alias("launch_ns"), "correlation")
-        .sort("launch_ns")
-    )
+    linked = launches(cpu).sort("launch_ns")
     calls = comm_calls.rename({"start_ns": "c_start", "end_ns": "c_end"}).sort("c_start")
     # innermost enclosing call: the latest one that started before the launch on the same thread
-    joined = launches.join_asof(calls, left_on="launch_ns", right_on="c_start", by=["rank", "tid"],
+    joined = linked.join_asof(calls, left_on="launch_ns", right_on="c_start", by=["rank", "tid"],
                                 strategy="backward", check_sortedness=False)
     joined = joined.filter(pl.col("c_end").is_not_null() & (pl.col("launch_ns") <= pl.col("c_end")))
     return joined.select("rank", "correlation", *meta).unique(["rank", "correlation"], keep="first")
@@ -105,15 +101,10 @@ def _fill_group_ranks(df: pl.DataFrame, groups: dict[int, tuple[ProcessGroup, ..
 
 
 def _launch_steps(df: pl.DataFrame, cpu: pl.DataFrame, host_steps: pl.DataFrame) -> pl.DataFrame:
-    launches = (
-        cpu.filter((pl.col("kind") == "runtime") & pl.col("correlation").is_not_null())
-        .select("rank", "correlation", pl.col("start_ns").alias("launch_ns"))
-        .unique(["rank", "correlation"], keep="first")
-    )
     windows = host_steps.select("rank", pl.col("step").alias("h_step"), pl.col("start_ns").alias("h_start"),
                                 pl.col("end_ns").alias("h_end")).sort("h_start")
     tagged = (
-        df.select("rank", "correlation").unique().join(launches, on=["rank", "correlation"])
+        df.select("rank", "correlation").unique().join(launches(cpu), on=["rank", "correlation"])
         .sort("launch_ns")
         .join_asof(windows, left_on="launch_ns", right_on="h_start", by="rank", strategy="backward",
                    check_sortedness=False)

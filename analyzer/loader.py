@@ -31,6 +31,7 @@ from .model import (
     TraceSet,
     conform,
 )
+from .ranklist import compact
 from .timeline import MIN_STEP_COVERAGE, gpu_step_windows, host_step_windows, step_coverage, tile_steps
 from .workers import worker_context
 
@@ -274,4 +275,4 @@ def assemble(traces: list[RankTrace], skipped: list[Skipped], warnings: list[str
 
 
 def _ranks_text(ranks: list[int]) -> str:
-    return ", ".join(str(r) for r in sorted(ranks))
+    return compact(ranks)

@@ -141,6 +141,19 @@ def union(df: pl.DataFrame, by: list[str], start: str = "start_ns", end: str = "
 # ----------------------------------------------------------------------------- step windows
 
 
+def launches(cpu: pl.DataFrame) -> pl.DataFrame:
+    """The host launch of each GPU operation (rank, correlation, tid, launch_ns): one row per correlation.
+
+    A runtime call (``cudaLaunchKernel``, ``cuLaunchKernelEx``, ``cudaMemcpyAsync``, ...) shares its
+    correlation id with the GPU operation it launched; this is the one place that link is made.
+    """
+    return (
+        cpu.filter((pl.col("kind") == "runtime") & pl.col("correlation").is_not_null())
+        .select("rank", "correlation", "tid", pl.col("start_ns").alias("launch_ns"))
+        .unique(["rank", "correlation"], keep="first", maintain_order=True)
+    )
+
+
 def gpu_step_windows(steps: pl.DataFrame, gpu: pl.DataFrame, cpu: pl.DataFrame) -> pl.DataFrame:
     """Move host-side step windows onto the GPU timeline.
 
@@ -152,11 +165,8 @@ def gpu_step_windows(steps: pl.DataFrame, gpu: pl.DataFrame, cpu: pl.DataFrame) 
     """
     if steps.height == 0:
         return steps
-    launches = cpu.filter((pl.col("kind") == "runtime") & pl.col("correlation").is_not_null()).select(
-        "rank", "correlation", pl.col("start_ns").alias("launch_ns")
-    )
     work = gpu.filter(pl.col("correlation").is_not_null()).join(
-        launches.unique(["rank", "correlation"]), on=["rank", "correlation"], how="inner"
+        launches(cpu).select("rank", "correlation", "launch_ns"), on=["rank", "correlation"], how="inner"
     )
     if work.height == 0:
         return steps

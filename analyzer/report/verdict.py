@@ -4,23 +4,11 @@ from __future__ import annotations
 
 from ..analysis import Analysis
 from ..metrics.stragglers import Verdict
+from ..ranklist import compact
 
 
 def _ms(x: float | None) -> str:
     return "n/a" if x is None else f"{x:,.1f} ms"
-
-
-def ranks_text(ranks: tuple[int, ...] | list[int], most: int = 8) -> str:
-    """0,1,2,3,7 -> '0-3, 7' (at most ``most`` runs, then how many more)."""
-    runs: list[list[int]] = []
-    for r in sorted(ranks):
-        if runs and r == runs[-1][1] + 1:
-            runs[-1][1] = r
-        else:
-            runs.append([r, r])
-    text = [f"{a}-{b}" if b > a else f"{a}" for a, b in runs[:most]]
-    more = len(runs) - most
-    return ", ".join(text) + (f" and {more} more runs" if more > 0 else "")
 
 
 def chain_text(v: Verdict) -> str:
@@ -34,7 +22,7 @@ def chain_text(v: Verdict) -> str:
     text = f"Rank {v.rank} delayed {d.peers} rank{'s' if d.peers != 1 else ''} directly (pg {', '.join(d.pg)})"
     if hops:
         h = hops[0]
-        text += (f"; through rank{'s' if len(h.via) > 1 else ''} {ranks_text(h.via)}, which it had held up, "
+        text += (f"; through rank{'s' if len(h.via) > 1 else ''} {compact(h.via)}, which it had held up, "
                  f"{h.peers} more waited ({h.groups} group{'s' if h.groups != 1 else ''}: pg {', '.join(h.pg[:8])}"
                  f"{', ...' if len(h.pg) > 8 else ''})")
     return text + "."
