@@ -6,9 +6,9 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from . import align, match
+from . import align, graph, match, whatif
 from .collectives import bus_factor_expr
-from .metrics import blame, dimensions, experts, overlap, pipeline, stragglers, waits
+from .metrics import blame, critical_path, dimensions, experts, overlap, pipeline, stragglers, waits
 from .model import TraceSet
 
 NS_PER_MS = 1e6
@@ -33,13 +33,19 @@ class Analysis:
     dimensions: pl.DataFrame | None = None  # per (rank, dimension) (ms)
     pipeline: dict | None = None  # per pipeline stage: bubbles, recv waits (metrics.pipeline.analyze)
     experts: dict | None = None  # all-to-all(v) bytes per peer and imbalance (metrics.experts.analyze)
+    graph: graph.Graph | None = None  # cross-rank dependency graph (blame, critical path, replay read it)
+    critical_path: pl.DataFrame | None = None  # step, rank, compute/exposed_transfer/wait/host_idle (ns)
+    whatif: whatif.WhatIf | None = None  # replay and what-if scenarios
 
 
 def _ms(cols: list[str]) -> list[pl.Expr]:
     return [(pl.col(c) / NS_PER_MS).alias(c.replace("_ns", "_ms")) for c in cols]
 
 
-def analyze(ts: TraceSet, dims: dimensions.Options | None = None) -> Analysis:
+def analyze(ts: TraceSet, dims: dimensions.Options | None = None, busbw: dict[str, float] | None = None
+            ) -> Analysis:
+    """``dims``: how to name parallelism dimensions (--layout, --gpus-per-host); ``busbw``: what-if bus-bandwidth
+    targets {op: GB/s}."""
     ranks = ts.rank_ids
     warnings = list(ts.warnings)
     covs = overlap.coverages(ts.gpu)
@@ -87,6 +93,12 @@ def analyze(ts: TraceSet, dims: dimensions.Options | None = None) -> Analysis:
     pipe = pipeline.analyze(drows, ts.gpu, step_windows, offsets,
                             dims.layout.stage(pl.col("rank")) if dims.layout else None)
 
+    dep = graph.build(ts.gpu, rows, ts.steps, fit.offsets_ns)
+    cpath = critical_path.critical_path(dep, ts.steps, fit.offsets_ns)
+    root = (found[0].rank, found[0].kind) if found else None
+    replayed = whatif.analyze(dep, ts.steps, root, busbw, dimensions.pg_dimensions(groups))
+    warnings.extend(whatif.warnings(replayed))
+
     rank_df = _rank_frame(totals, per_step, split, order)
     step_df = _step_frame(per_step, split, matched, roots_of.steps)
     coll_df = _collective_frame(itable)
@@ -120,7 +132,7 @@ def analyze(ts: TraceSet, dims: dimensions.Options | None = None) -> Analysis:
     return Analysis(
         source=source, ranks=rank_df, steps=step_df, collectives=coll_df, bandwidth=bw, ranking=order,
         verdict=found[0] if found else None, roots=tuple(found), blame=roots_of, clock=fit, matching=matching,
-        warnings=tuple(warnings), traces=ts,
+        warnings=tuple(warnings), traces=ts, graph=dep, critical_path=cpath, whatif=replayed,
         process_groups=groups, dimensions=dim_df, pipeline=pipe, experts=experts.analyze(drows),
     )
 

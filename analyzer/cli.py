@@ -115,11 +115,13 @@ def main() -> None:
 @click.option("--steps", "show_steps", is_flag=True, help="Also list every step (text format).")
 @click.option("--scheduler", metavar="ADDRESS",
               help="Parse ranks on this Dask scheduler (tcp://host:8786); the cache dir must be shared storage.")
+@click.option("--whatif", "whatif_specs", multiple=True, metavar="busbw:OP=GBPS",
+              help="Also replay with transfers at this bus bandwidth (repeatable), e.g. busbw:all_reduce=400.")
 @common_load_options
 @dimension_options
 def analyze(paths: tuple[Path, ...], fmt: str, output: Path | None, show_steps: bool, scheduler: str | None,
-            rank_map: tuple[str, ...], step_marker: str | None, jobs: int | None, ranks: str | None,
-            no_cache: bool, layout: str | None, layout_order: str | None, gpus_per_host: int) -> None:
+            whatif_specs: tuple[str, ...], rank_map: tuple[str, ...], step_marker: str | None, jobs: int | None,
+            ranks: str | None, no_cache: bool, layout: str | None, layout_order: str | None, gpus_per_host: int) -> None:
     """Analyze traces (files or folders of ranks): overlap, exposed communication, waits, stragglers."""
 
     def run() -> None:
@@ -128,14 +130,16 @@ def analyze(paths: tuple[Path, ...], fmt: str, output: Path | None, show_steps: 
         from .analysis import analyze as run_analysis
         from .loader import load
         from .report import render
+        from .whatif import parse_specs
 
+        busbw = parse_specs(whatif_specs)
         opts = load_options(rank_map, step_marker, jobs, ranks, no_cache)
         dims = dim_options(layout, layout_order, gpus_per_host)
         if scheduler:
             from dataclasses import replace
 
             opts = replace(opts, scheduler=scheduler)
-        result = run_analysis(load(list(paths), opts), dims)
+        result = run_analysis(load(list(paths), opts), dims, busbw=busbw)
         text = render(result, fmt, show_steps=show_steps)
         if output:
             output.write_text(text, encoding="utf-8")

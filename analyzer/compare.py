@@ -66,12 +66,27 @@ class Delta:
 
 
 @dataclass(frozen=True)
+class Prediction:
+    """What the base run's ``no_straggler`` replay predicted for a run without its straggler, and NEW."""
+
+    rank: int | None  # the base straggler the replay removed
+    base_step_ms: float  # base run, measured (mean span over ranks and steps)
+    predicted_step_ms: float
+    new_step_ms: float  # NEW, measured the same way
+
+    @property
+    def error_pct(self) -> float:
+        return 100.0 * (self.new_step_ms - self.predicted_step_ms) / self.predicted_step_ms
+
+
+@dataclass(frozen=True)
 class StragglerChange:
     base_rank: int | None
     base_kind: str | None
     new_rank: int | None
     new_kind: str | None
     caused_wait: Delta | None  # the NEW straggler's caused wait per step, base vs new
+    prediction: Prediction | None = None  # base's no_straggler replay against NEW's step time
 
     @property
     def appeared(self) -> bool:
@@ -250,7 +265,20 @@ def _straggler(base: Analysis, new: Analysis, th: Thresholds, floor_ms: float) -
     return StragglerChange(
         base_rank=None if bv is None else int(bv.rank), base_kind=None if bv is None else bv.kind,
         new_rank=None if nv is None else int(nv.rank), new_kind=None if nv is None else nv.kind, caused_wait=caused,
+        prediction=_prediction(base, new),
     )
+
+
+def _prediction(base: Analysis, new: Analysis) -> Prediction | None:
+    """Checks a what-if: NEW's measured step time against the base run's ``no_straggler`` replay."""
+    bw, nw = base.whatif, new.whatif
+    if bw is None or nw is None:
+        return None
+    row = bw.scenarios.filter(pl.col("name") == "no_straggler")
+    if row.height == 0 or not row["step_time_ns"][0]:
+        return None
+    return Prediction(rank=base.verdict.rank if base.verdict else None, base_step_ms=bw.measured_step_time_ns / 1e6,
+                      predicted_step_ms=float(row["step_time_ns"][0]) / 1e6, new_step_ms=nw.measured_step_time_ns / 1e6)
 
 
 def compare(base: Analysis, new: Analysis, thresholds: Thresholds = DEFAULTS) -> Comparison:

@@ -12,7 +12,7 @@ from dash.dash_table.Format import Format, Scheme
 from analyzer.analysis import Analysis
 from analyzer.report.verdict import headline
 
-from . import dimensions, figures, pipeline
+from . import critical, dimensions, figures, pipeline
 
 # (id, header, ranks column): the KPI table; ids double as the JSON ``ranks[]`` keys except step time
 KPI_COLUMNS = (
@@ -112,6 +112,7 @@ def build_layout(a: Analysis) -> html.Div:
             dcc.Dropdown(id="heatmap-metric", value="caused_wait_ms", clearable=False, style={"width": "280px"},
                          options=[{"label": v, "value": k} for k, v in figures.HEATMAP_METRICS.items()]),
         ]), dcc.Graph(id="heatmap", config={"displaylogo": False})),
+        critical.section(a),
         _section("Timeline", html.Div(style={"display": "flex", "gap": "16px", "alignItems": "center"}, children=[
             html.Label("zoom to step"),
             dcc.Dropdown(id="step-select", options=[{"label": f"step {s}", "value": s} for s in steps],

@@ -260,6 +260,18 @@ def pair_dimension(layout: Layout | None) -> pl.Expr:
     return expr
 
 
+def pg_dimensions(grp: pl.DataFrame) -> dict[str, str]:
+    """Process group name -> dimension, for names that denote one group only (replay's per-dimension scenarios).
+
+    Only real splits: world and unknown groups are left out, and a job with a single dimension gets
+    none (its per-dimension scenario would repeat the overall one).
+    """
+    named = grp.group_by("pg").agg(pl.col("dimension").first(), pl.len().alias("n")).filter(
+        (pl.col("n") == 1) & ~pl.col("dimension").is_in(["world", "unknown"]))
+    out = dict(zip(named["pg"].to_list(), named["dimension"].to_list(), strict=True))
+    return out if len(set(out.values())) > 1 else {}
+
+
 def row_dimensions(rows: pl.DataFrame, grp: pl.DataFrame, layout: Layout | None) -> pl.DataFrame:
     """Each comm kernel's dimension and intra_node: its group's; p2p pairs their own (see module doc)."""
     key = pl.when(pl.col("pg").is_not_null()).then(pl.format("{}|{}", "pg", pl.col("group_ranks").fill_null("")))

@@ -47,6 +47,10 @@ def to_dict(c: Comparison) -> dict:
             "new": None if s.new_rank is None else {"rank": s.new_rank, "kind": s.new_kind},
             "appeared": s.appeared, "resolved": s.resolved, "regressed": s.regressed,
             "caused_wait": None if s.caused_wait is None else delta_dict(s.caused_wait),
+            "prediction": None if s.prediction is None else clean({
+                "scenario": "no_straggler", "rank": s.prediction.rank, "base_step_time_ms": s.prediction.base_step_ms,
+                "predicted_step_time_ms": s.prediction.predicted_step_ms,
+                "new_step_time_ms": s.prediction.new_step_ms, "error_pct": s.prediction.error_pct}),
         },
         "notes": list(c.notes),
     }

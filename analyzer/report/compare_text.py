@@ -59,6 +59,18 @@ def describe(d: Delta) -> str:
 
 
 def straggler_lines(s: StragglerChange) -> list[str]:
+    return _straggler_lines(s) + _prediction_lines(s)
+
+
+def _prediction_lines(s: StragglerChange) -> list[str]:
+    p = s.prediction
+    if p is None:
+        return []
+    return [f"Prediction check: fixing rank {p.rank} in BASE ({p.base_step_ms:,.3f} ms per step) was predicted to give "
+            f"{p.predicted_step_ms:,.3f} ms; NEW measures {p.new_step_ms:,.3f} ms ({p.error_pct:+.1f}% off the prediction)."]
+
+
+def _straggler_lines(s: StragglerChange) -> list[str]:
     if s.appeared:
         was = "none" if s.base_rank is None else f"rank {s.base_rank} ({s.base_kind})"
         line = f"Straggler appeared in NEW: rank {s.new_rank} ({s.new_kind}); base straggler: {was}."

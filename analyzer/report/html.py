@@ -9,6 +9,7 @@ from .dimensions import COLUMNS as DIM_COLUMNS
 from .dimensions import summary as dim_summary
 from .markdown import COLLECTIVE_COLUMNS, RANK_COLUMNS, TOP_COLLECTIVES, cell
 from .verdict import headline
+from .whatif import sentence as whatif_sentence
 
 STYLE = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2rem; color: #222; }
@@ -55,7 +56,8 @@ def render(a: Analysis) -> str:
     src = a.source
     world = f" of {src['world_size']}" if src.get("world_size") else ""
     parts = [f"<h1>commscope: {esc(src['format'])}, {len(src['ranks'])} rank(s){esc(world)}</h1>"]
-    parts.append('<div class="headline">' + "".join(f"<p>{esc(h)}</p>" for h in headline(a)) + "</div>")
+    lead = [*headline(a), *[s for s in [whatif_sentence(a)] if s]]
+    parts.append('<div class="headline">' + "".join(f"<p>{esc(h)}</p>" for h in lead) + "</div>")
     parts += _figures(a)
     if a.ranks.height:
         parts.append("<h2>Per rank</h2><p class=\"muted\">Whole captured window; step time is the mean over "

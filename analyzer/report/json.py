@@ -13,6 +13,7 @@ import polars as pl
 
 from ..analysis import Analysis
 from ..metrics.stragglers import Verdict
+from .whatif import critical_path_records, whatif_dict
 
 SCHEMA = "commscope.analysis/1"
 
@@ -105,6 +106,8 @@ def to_dict(a: Analysis) -> dict:
         "pipeline": _pipeline(a.pipeline),
         "experts": _experts(a.experts),
         "matching": clean(a.matching),
+        "critical_path": clean(critical_path_records(a)),
+        "whatif": clean(whatif_dict(a)),
         "warnings": list(a.warnings),
     }
 

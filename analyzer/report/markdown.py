@@ -6,6 +6,7 @@ from ..analysis import Analysis
 from .dimensions import COLUMNS as DIM_COLUMNS
 from .dimensions import summary as dim_summary
 from .verdict import headline
+from .whatif import sentence as whatif_sentence
 
 # (ranks column, header): the key numbers a reviewer needs, in the text report's order
 RANK_COLUMNS = (
@@ -46,6 +47,7 @@ def render(a: Analysis) -> str:
     world = f" of {src['world_size']}" if src.get("world_size") else ""
     lines = [f"## commscope: {src['format']}, {len(src['ranks'])} rank(s){world}", ""]
     lines += [f"**{h}**" if i == 0 else h for i, h in enumerate(headline(a))]
+    lines += [s for s in [whatif_sentence(a)] if s]
     lines.append("")
     if a.ranks.height:
         lines += ["### Per rank", "", "_Whole captured window; step time is the mean over profiled steps._", ""]

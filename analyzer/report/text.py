@@ -11,6 +11,8 @@ from ..analysis import Analysis
 from .dimensions import COLUMNS as DIM_COLUMNS
 from .dimensions import summary as dim_summary
 from .verdict import headline
+from .whatif import sentence as whatif_sentence
+from .whatif import text_lines as whatif_lines
 
 
 def _f(x: object, digits: int = 1) -> str:
@@ -29,6 +31,8 @@ def render(a: Analysis, width: int = 140, color: bool = False, show_steps: bool 
               + (f" of {src['world_size']}" if src.get("world_size") else ""))
     for line in headline(a):
         con.print(line)
+    if lead := whatif_sentence(a):
+        con.print(lead)
     con.print()
     rank_cols = [("rank", "rank"), ("steps", "steps"), ("step_time_mean_ms", "step ms"), ("compute_ms", "compute ms"),
                  ("comm_ms", "comm ms"), ("overlap_pct", "overlap %"), ("exposed_comm_ms", "exposed ms"),
@@ -81,6 +85,8 @@ def render(a: Analysis, width: int = 140, color: bool = False, show_steps: bool 
         offs = ", ".join(f"{r}: {o / 1e3:+.1f}" for r, o in sorted(fit.offsets_ns.items()))
         con.print(f"Clock offsets (us, vs rank {fit.reference}): {offs}; uncertainty "
                   f"{(fit.uncertainty_ns or 0) / 1e3:.1f} us from {fit.instances} collectives")
+    for line in whatif_lines(a):
+        con.print(line)
     for w in a.warnings:
         con.print(f"[yellow]warning:[/yellow] {w}")
     return buf.getvalue()

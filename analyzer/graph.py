@@ -1,0 +1,152 @@
+"""The cross-rank dependency graph: every GPU operation of every rank, and what it waited for.
+
+Built once per analysis (:func:`build`); blame, the critical path and the replay read it, none rebuilds
+it. It is columnar and vectorized over ranks (sorts, shifts and as-of joins; no loop per rank).
+
+Per rank the operations (kernels, memcpy, memset) are ordered by start. Each has
+- a **stream predecessor**: the previous operation on its stream (it cannot start before that ends);
+- a **binding predecessor**: the operation on the rank, any stream, with the latest end at or before
+  its start: what finished last before it could start. The **gap** (start − that end) is host/launch
+  time or idle. A rank's first operation has no predecessor; its gap is measured from the earliest
+  first operation of any rank on the aligned clock (a host that starts late shows as a gap there too).
+Communication kernels of one matched instance (a collective, or a matched send/recv pair that arrives
+as a 2-participant instance in the same column) are joined by that instance. The last arriver (the
+shortest kernel) gates the instance: every participant's kernel ends at (last arrival + transfer).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import polars as pl
+
+from .collectives import assign_steps
+
+NODE_KINDS = ("compute", "comm", "memcpy", "memset", "other")
+EDGE_KINDS = ("stream", "binding", "collective")
+
+
+@dataclass(frozen=True)
+class Graph:
+    """Columnar dependency graph. Times are ns on each rank's own clock unless prefixed ``a_`` (aligned).
+
+    ``nodes`` (one row per GPU operation, ``node`` = row index, ordered by rank then start):
+      node, rank, stream, kind, name, start_ns, end_ns (at least start + 1), dur_ns, a_start_ns, a_end_ns,
+      step (null outside step windows), ordinal (per rank), occurrence (k-th op of this name in the rank's
+      step: the key that lines the same operation up across ranks), stream_pred, slack_ns (start − stream
+      predecessor's end, >= 0), bind_pred, gap_ns (start − binding predecessor's end; first op: see module
+      doc), inst (matched instance id or null), wait_ns, transfer_ns, op, pg, bytes, group_n.
+    ``instances``: inst, instance (the match key), n (participants), last_node, last_rank, transfer_ns,
+      op, pg, bytes, group_n.
+    ``edges``: src, dst, kind ∈ EDGE_KINDS: stream / binding predecessor -> node; collective: the last
+      arriver's node -> every other participant's node (they waited for it).
+    """
+
+    nodes: pl.DataFrame
+    instances: pl.DataFrame
+    edges: pl.DataFrame
+
+    @property
+    def n_nodes(self) -> int:
+        return self.nodes.height
+
+
+def build(gpu: pl.DataFrame, rows: pl.DataFrame, steps: pl.DataFrame,
+          offsets_ns: dict[int, float] | None = None) -> Graph:
+    """``gpu``: the TraceSet's gpu table; ``rows``: waits.per_row (every comm kernel with instance,
+    wait_ns, transfer_ns); ``steps``: step windows; ``offsets_ns``: align.ClockFit.offsets_ns."""
+    ops = (
+        gpu.filter(pl.col("kind").is_in(NODE_KINDS))
+        .select("rank", "stream", "kind", "name", "start_ns",
+                pl.max_horizontal("end_ns", pl.col("start_ns") + 1).alias("end_ns"), pl.col("end_ns").alias("_raw_end"))
+        .unique(["rank", "stream", "start_ns", "_raw_end", "name"], keep="first", maintain_order=True)
+    )
+    comm = _comm_rows(rows)
+    ops = ops.join(comm, left_on=["rank", "stream", "start_ns", "_raw_end", "name"],
+                   right_on=["rank", "stream", "start_ns", "end_ns", "name"], how="left").drop("_raw_end")
+    off = pl.DataFrame({"rank": list((offsets_ns or {}).keys()), "_off": [round(v) for v in (offsets_ns or {}).values()]},
+                       schema={"rank": pl.Int32, "_off": pl.Int64})
+    ops = assign_steps(ops, steps) if steps.height else ops.with_columns(pl.lit(None, dtype=pl.Int64).alias("step"))
+    nodes = (
+        ops.join(off, on="rank", how="left")
+        .sort("rank", "start_ns", "end_ns", "stream", "name")
+        .with_columns(
+            pl.int_range(pl.len(), dtype=pl.Int64).alias("node"),
+            (pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns"),
+            (pl.col("start_ns") - pl.col("_off").fill_null(0)).alias("a_start_ns"),
+            (pl.col("end_ns") - pl.col("_off").fill_null(0)).alias("a_end_ns"),
+        )
+        .drop("_off")
+        .with_columns(
+            pl.int_range(pl.len(), dtype=pl.Int64).over("rank").alias("ordinal"),
+            pl.int_range(pl.len(), dtype=pl.Int64).over("rank", "step", "name").alias("occurrence"),
+            pl.col("node").shift(1).over("rank", "stream").alias("stream_pred"),
+            pl.col("end_ns").shift(1).over("rank", "stream").alias("_sp_end"),
+        )
+    )
+    # binding predecessor: the latest end at or before this start on the rank (any stream)
+    ends = nodes.select("rank", pl.col("end_ns").alias("_bp_end"), pl.col("node").alias("bind_pred"))
+    ends = ends.sort("_bp_end", "bind_pred")
+    nodes = nodes.join_asof(ends, left_on="start_ns", right_on="_bp_end", by="rank", strategy="backward",
+                            check_sortedness=False).sort("node")
+    origin = nodes["a_start_ns"].min() if nodes.height else 0
+    nodes = nodes.with_columns(
+        pl.max_horizontal(pl.col("start_ns") - pl.col("_sp_end"), pl.lit(0)).alias("slack_ns"),
+        pl.when(pl.col("bind_pred").is_not_null()).then(pl.col("start_ns") - pl.col("_bp_end"))
+        .otherwise(pl.col("a_start_ns") - origin).alias("gap_ns"),
+    ).drop("_sp_end", "_bp_end")
+    instances = _instances(nodes)
+    nodes = nodes.join(instances.select("instance", "inst"), on="instance", how="left").sort("node")
+    cols = ["node", "rank", "stream", "kind", "name", "start_ns", "end_ns", "dur_ns", "a_start_ns", "a_end_ns", "step",
+            "ordinal", "occurrence", "stream_pred", "slack_ns", "bind_pred", "gap_ns", "inst", "wait_ns",
+            "transfer_ns", "op", "pg", "bytes", "group_n"]
+    nodes = nodes.select(cols)
+    return Graph(nodes=nodes, instances=instances.drop("instance_rows"), edges=_edges(nodes, instances))
+
+
+def _comm_rows(rows: pl.DataFrame) -> pl.DataFrame:
+    schema = {"rank": pl.Int32, "stream": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64, "name": pl.Utf8,
+              "instance": pl.Utf8, "wait_ns": pl.Int64, "transfer_ns": pl.Int64, "op": pl.Utf8, "pg": pl.Utf8,
+              "bytes": pl.Int64, "group_n": pl.Int64}
+    if rows.height == 0:
+        return pl.DataFrame(schema=schema)
+    n = pl.coalesce(pl.col("group_size").cast(pl.Int64), pl.col("n_ranks").cast(pl.Int64)) if "n_ranks" in rows.columns \
+        else pl.col("group_size").cast(pl.Int64)
+    return rows.select(
+        "rank", "stream", "start_ns", "end_ns", "name", "instance",
+        pl.col("wait_ns").cast(pl.Int64), pl.col("transfer_ns").cast(pl.Int64), "op", "pg",
+        pl.max_horizontal("in_bytes", "out_bytes").cast(pl.Int64).alias("bytes"), n.alias("group_n"),
+    ).unique(["rank", "stream", "start_ns", "end_ns", "name"], keep="first").cast(schema)
+
+
+def _instances(nodes: pl.DataFrame) -> pl.DataFrame:
+    m = nodes.filter(pl.col("instance").is_not_null())
+    return (
+        m.group_by("instance")
+        .agg(
+            pl.len().alias("n"),
+            pl.col("node").sort_by("wait_ns", "rank").first().alias("last_node"),
+            pl.col("rank").sort_by("wait_ns", "rank").first().alias("last_rank"),
+            pl.col("transfer_ns").min(),
+            pl.col("op").first(), pl.col("pg").first(), pl.col("bytes").max(),
+            pl.coalesce(pl.col("group_n").max(), pl.len().cast(pl.Int64)).alias("group_n"),
+            pl.col("a_start_ns").min().alias("_first"),
+            pl.col("node").alias("instance_rows"),
+        )
+        .sort("_first", "instance")
+        .drop("_first")
+        .with_columns(pl.int_range(pl.len(), dtype=pl.Int64).alias("inst"))
+    )
+
+
+def _edges(nodes: pl.DataFrame, instances: pl.DataFrame) -> pl.DataFrame:
+    stream = nodes.filter(pl.col("stream_pred").is_not_null()).select(
+        pl.col("stream_pred").alias("src"), pl.col("node").alias("dst"), pl.lit("stream").alias("kind"))
+    binding = nodes.filter(pl.col("bind_pred").is_not_null()).select(
+        pl.col("bind_pred").alias("src"), pl.col("node").alias("dst"), pl.lit("binding").alias("kind"))
+    coll = (
+        instances.select(pl.col("last_node").alias("src"), pl.col("instance_rows").alias("dst"))
+        .explode("dst").filter(pl.col("dst") != pl.col("src"))
+        .select("src", "dst", pl.lit("collective").alias("kind"))
+    )
+    return pl.concat([stream, binding, coll.cast({"src": pl.Int64, "dst": pl.Int64})]).sort("dst", "kind", "src")

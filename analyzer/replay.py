@@ -1,0 +1,236 @@
+"""Replay the measured run on the dependency graph, with chosen operations changed (what-if).
+
+Clock-free delta formulation: every operation gets Δs, Δe (replayed − measured start/end).
+- An operation starts when its binding predecessor ends plus its measured gap (host/launch time kept,
+  or changed by the scenario: δgap), and not before its stream predecessor ends (the measured slack
+  on the stream may be used up): Δs = max(Δe(binding) + δgap, Δe(stream) − slack).
+  A rank's first operation: Δs = δgap (its gap is measured from the job's first operation).
+- A non-communication operation (and an unmatched communication kernel) ends after its duration:
+  Δe = Δs + δdur.
+- A matched instance ends at (last arrival + transfer) on every participant. With measured waits
+  w_q = d_q − transfer (the last arriver's is 0), max_q arrival'_q = A + max_q(Δs_q − w_q), so every
+  participant gets Δe = max_q(Δs_q − w_q) + δtransfer: the same on each, no clock alignment needed.
+  A hidden instance (communication that costs nothing) ends where it started: Δe = Δs − d.
+With no change every Δ is 0, so the replay reproduces the measured times exactly where the measured
+gaps and waits are consistent; what remains is reported as the replay error.
+
+Order: each rank's events (an operation's start; a matched kernel's end separately, at its end time)
+are processed in its own time order, one event per rank per wave, vectorized over ranks and over
+scenarios. An operation whose binding predecessor is its stream predecessor (most of a compute stream)
+needs no event: along such a chain the deltas add up (a prefix sum from the chain's first operation).
+A kernel's end waits until every participant has arrived (the order in which the real run completed
+them guarantees progress; inconsistent matches are forced through and counted).
+The wave schedule depends only on the graph, so it is built once and reused by every scenario.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from .graph import Graph
+
+OP, ARR, END = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class Schedule:
+    waves: tuple[np.ndarray, ...]  # event indices processed together
+    ev_node: np.ndarray
+    ev_type: np.ndarray
+    forced: int  # kernel ends processed before all participants arrived (inconsistent matches)
+
+
+@dataclass
+class Mods:
+    """Changes of one batch of scenarios (S rows). Arrays are float64 ns, bool for ``hide``."""
+
+    ddur: np.ndarray  # (S, nodes) duration change of non-communication operations
+    dgap: np.ndarray  # (S, nodes) gap change
+    dtr: np.ndarray  # (S, instances) transfer change
+    hide: np.ndarray  # (S, nodes) communication that costs nothing
+
+    @classmethod
+    def zeros(cls, s: int, n_nodes: int, n_inst: int) -> Mods:
+        return cls(np.zeros((s, n_nodes)), np.zeros((s, n_nodes)), np.zeros((s, n_inst)),
+                   np.zeros((s, n_nodes), dtype=bool))
+
+
+@dataclass(frozen=True)
+class Arrays:
+    """The graph's columns as numpy (null -> -1), read by every replay."""
+
+    rank: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    dur: np.ndarray
+    bind_pred: np.ndarray
+    stream_pred: np.ndarray
+    slack: np.ndarray
+    inst: np.ndarray
+    wait: np.ndarray
+    n_inst: np.ndarray  # participants per instance
+    n_instances: int
+    simple: np.ndarray  # follows its stream predecessor, which is also its binding one: Δ just adds up
+    root: np.ndarray  # the first operation of a node's chain of simple successors (itself if not simple)
+    chain_order: np.ndarray  # nodes ordered by (root, start): chains are contiguous, root first
+    chain_first: np.ndarray  # for each position in chain_order, the position of its chain's root
+
+    @classmethod
+    def of(cls, g: Graph) -> Arrays:
+        n = g.nodes
+
+        def col(name: str, fill: int = -1) -> np.ndarray:
+            return n[name].fill_null(fill).to_numpy().astype(np.int64)
+
+        bp, sp, inst, start = col("bind_pred"), col("stream_pred"), col("inst"), col("start_ns")
+        simple = (inst < 0) & (bp >= 0) & (bp == sp)
+        root = np.where(simple, bp, np.arange(bp.size))
+        while bp.size:  # pointer jumping: log(chain length) rounds
+            nxt = root[root]
+            if np.array_equal(nxt, root):
+                break
+            root = nxt
+        order = np.lexsort((start, root))
+        first_pos = np.flatnonzero(np.r_[True, root[order][1:] != root[order][:-1]]) if bp.size else order
+        chain_first = np.repeat(first_pos, np.diff(np.r_[first_pos, order.size])) if bp.size else order
+        return cls(rank=col("rank"), start=start, end=col("end_ns"), dur=col("dur_ns"),
+                   bind_pred=bp, stream_pred=sp, slack=col("slack_ns", 0), inst=inst, wait=col("wait_ns", 0),
+                   n_inst=g.instances.sort("inst")["n"].to_numpy().astype(np.int64), n_instances=g.instances.height,
+                   simple=simple, root=root, chain_order=order, chain_first=chain_first)
+
+
+def schedule(a: Arrays) -> Schedule:
+    """The wave order of every event (structure only; shared by all scenarios)."""
+    matched = a.inst >= 0
+    lead = np.flatnonzero(~a.simple)  # simple operations follow their chain's root: no event of their own
+    node = np.concatenate([lead, np.flatnonzero(matched)])
+    typ = np.concatenate([np.where(matched[lead], ARR, OP), np.full(int(matched.sum()), END)])
+    t = np.concatenate([a.start[lead], a.end[matched]])
+    # at equal times ends come first (a binding predecessor ends at or before its successor starts)
+    sub = np.where(typ == END, 0, 1)
+    order = np.lexsort((node, sub, t, a.rank[node]))
+    ev_node, ev_type = node[order], typ[order]
+    ev_rank = a.rank[ev_node]
+    if ev_node.size == 0:
+        return Schedule((), ev_node, ev_type, 0)
+    ranks, first = np.unique(ev_rank, return_index=True)
+    last = np.append(first[1:], ev_rank.size)
+    ptr = first.copy()
+    count = np.zeros(max(a.n_instances, 1), dtype=np.int64)
+    need = np.append(a.n_inst, 0) if a.n_instances == 0 else a.n_inst
+    waves: list[np.ndarray] = []
+    forced = 0
+    live = ptr < last
+    while live.any():
+        idx = ptr[live]
+        is_end = ev_type[idx] == END
+        inst = a.inst[ev_node[idx]]
+        ready = ~is_end | (count[np.where(is_end, inst, 0)] >= need[np.where(is_end, inst, 0)])
+        if not ready.any():  # inconsistent matching: release the blocked ends with what has arrived
+            ready = is_end
+            forced += int(is_end.sum())
+        sel = idx[ready]
+        waves.append(sel)
+        arr = sel[ev_type[sel] == ARR]
+        np.add.at(count, a.inst[ev_node[arr]], 1)
+        live_pos = np.flatnonzero(live)
+        ptr[live_pos[ready]] += 1
+        live = ptr < last
+    return Schedule(tuple(waves), ev_node, ev_type, forced)
+
+
+def run(a: Arrays, sch: Schedule, mods: Mods) -> tuple[np.ndarray, np.ndarray]:
+    """Δs, Δe (S, nodes) of every operation under each scenario row of ``mods``."""
+    s, n = mods.ddur.shape
+    ds = np.zeros((s, n))
+    de = np.zeros((s, n))
+    imax = np.full((s, max(a.n_instances, 1)), -np.inf)
+    rows = np.arange(s)[:, None]
+    bp_ok, sp_ok = a.bind_pred >= 0, a.stream_pred >= 0
+    bp, sp = np.maximum(a.bind_pred, 0), np.maximum(a.stream_pred, 0)
+    # along a chain Δe grows by each member's (gap change, at least −gap) + duration change: a prefix sum
+    step = np.where(a.simple, np.maximum(mods.dgap, -a.slack) + mods.ddur, 0.0)
+    cs = np.cumsum(step[:, a.chain_order], axis=1)
+    chain = np.empty_like(cs)
+    chain[:, a.chain_order] = cs - cs[:, a.chain_first]
+    root = a.root
+
+    def end_of(y: np.ndarray) -> np.ndarray:
+        return de[:, root[y]] + chain[:, y]
+
+    for w in sch.waves:
+        nd, ty = sch.ev_node[w], sch.ev_type[w]
+        st = nd[ty != END]
+        if st.size:
+            base = np.where(bp_ok[st], end_of(bp[st]), 0.0) + mods.dgap[:, st]
+            stream = np.where(sp_ok[st], end_of(sp[st]) - a.slack[st], -np.inf)
+            ds[:, st] = np.maximum(base, stream)
+            tst = ty[ty != END]
+            op = st[tst == OP]
+            de[:, op] = ds[:, op] + mods.ddur[:, op]
+            arr = st[tst == ARR]
+            if arr.size:
+                np.maximum.at(imax, (rows, a.inst[arr][None, :]), ds[:, arr] - a.wait[arr])
+        en = nd[ty == END]
+        if en.size:
+            i = a.inst[en]
+            done = imax[:, i] + mods.dtr[:, i]
+            de[:, en] = np.where(mods.hide[:, en], ds[:, en] - a.dur[en], done)
+    de = de[:, root] + chain
+    ds = np.where(a.simple, de - mods.ddur, ds)
+    return ds, de
+
+
+@dataclass(frozen=True)
+class Segments:
+    """Nodes grouped by (rank, step) window, for step times."""
+
+    order: np.ndarray  # node indices, grouped
+    bounds: np.ndarray  # segment start offsets into ``order``
+    rel_start: np.ndarray  # each grouped node's start − its segment's first start (ns)
+    rel_end: np.ndarray  # each grouped node's end − its segment's first start
+    table: pl.DataFrame  # rank, step, span_ns (window), first_ns (min start), last_ns (max end)
+    next_seg: np.ndarray  # the rank's next segment when this window ends where it starts (tiled), else -1
+
+
+def segments(g: Graph, steps: pl.DataFrame) -> Segments:
+    """(rank, step) windows with their nodes; without steps, each rank's whole window is one step (-1)."""
+    n = g.nodes.select("node", "rank", "start_ns", "end_ns", pl.col("step").fill_null(-2))
+    if steps.height:
+        n = n.filter(pl.col("step") >= 0)
+        win = steps.group_by("rank", "step").agg(pl.col("start_ns").min().alias("ws"), pl.col("end_ns").max().alias("we"))
+    else:
+        n = n.with_columns(pl.lit(-1, dtype=pl.Int64).alias("step"))
+        win = n.group_by("rank", "step").agg(pl.col("start_ns").min().alias("ws"), pl.col("end_ns").max().alias("we"))
+    n = n.sort("rank", "step", "node").with_columns(pl.col("start_ns").min().over("rank", "step").alias("_f"))
+    seg = n.group_by("rank", "step", maintain_order=True).agg(
+        pl.len().alias("_n"), pl.col("start_ns").min().alias("first_ns"), pl.col("end_ns").max().alias("last_ns"))
+    seg = seg.join(win, on=["rank", "step"], how="left", maintain_order="left").with_columns(
+        pl.coalesce("ws", "first_ns").alias("ws"), pl.coalesce("we", "last_ns").alias("we"))
+    bounds = np.concatenate([[0], np.cumsum(seg["_n"].to_numpy())[:-1]]).astype(np.int64)
+    table = seg.select("rank", "step", (pl.col("we") - pl.col("ws")).alias("span_ns"), "first_ns", "last_ns")
+    rel_s = (n["start_ns"] - n["_f"]).to_numpy().astype(np.float64)
+    rel_e = (n["end_ns"] - n["_f"]).to_numpy().astype(np.float64)
+    tiled = seg.with_row_index("_i").with_columns(
+        pl.col("_i").shift(-1).over("rank").alias("_next"), pl.col("ws").shift(-1).over("rank").alias("_next_ws"))
+    nxt = tiled.select(pl.when(pl.col("_next_ws") == pl.col("we")).then(pl.col("_next")).otherwise(None)
+                       .cast(pl.Int64).fill_null(-1))["_next"].to_numpy()
+    return Segments(n["node"].to_numpy(), bounds, rel_s, rel_e, table, nxt)
+
+
+def step_spans(seg: Segments, ds: np.ndarray, de: np.ndarray) -> np.ndarray:
+    """Replayed span (S, segments): a window's start moves with its first operation, its end with its last
+    operation's end, or, where windows tile, with the next window's start."""
+    if seg.order.size == 0:
+        return np.zeros((ds.shape[0], 0))
+    first = np.minimum.reduceat(ds[:, seg.order] + seg.rel_start, seg.bounds, axis=1)
+    last = np.maximum.reduceat(de[:, seg.order] + seg.rel_end, seg.bounds, axis=1)
+    last_m = (seg.table["last_ns"] - seg.table["first_ns"]).to_numpy().astype(np.float64)
+    span = seg.table["span_ns"].to_numpy().astype(np.float64)
+    # a window that ends where the next starts (tiled steps) ends where the next one starts in the replay
+    tiled = seg.next_seg >= 0
+    end_shift = np.where(tiled, first[:, np.maximum(seg.next_seg, 0)], last - last_m[None, :])
+    return span[None, :] + end_shift - first

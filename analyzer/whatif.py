@@ -1,0 +1,257 @@
+"""What would it buy? Modified replays of the measured run (see replay.py) and what each saves.
+
+Scenarios (each a row of changes to durations, gaps, transfers, or hidden communication):
+- ``no_straggler``: the verdict's rank loses its extra time: compute beyond its peers' median for the
+  same operation (compute straggler; an operation its peers do not run at all is all extra), its host
+  gap beyond theirs (host straggler), or both (unknown kind). "Same operation": the k-th kernel of
+  that name in the rank's step (SPMD ranks run the same sequence).
+- ``no_exposed_comm`` (and ``no_exposed_comm:<dim>`` with a process-group -> dimension map):
+  communication costs nothing, waits included: an upper bound on what overlap could buy.
+- ``busbw:<op>=<GB/s>`` (``all`` for every op): transfers at that bus bandwidth,
+  transfer = bytes × nccl-tests factor(op, n) / busbw.
+- ``ideal``: every compute operation at its mean across ranks and steps, every transfer at the median
+  of its (op, bytes, group size), every gap at the median for its operation (the What-if analysis'
+  ideal, OSDI'25); S = measured / ideal.
+- per rank: that rank's operations and gaps made ideal; replayed for the ``max_ranks`` ranks with the
+  most to gain (all ranks up to that many), a saving per step for the heatmap.
+Step time: per step the longest (rank) step window, a step being done when its slowest rank is (needs
+no clock alignment), averaged over steps; savings are against the replay of the unchanged run.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from . import replay
+from .collectives import bus_factor_expr
+from .errors import UsageError
+from .graph import Graph
+
+MAX_RANKS = 32  # per-rank scenarios replayed (ranks with the most to gain)
+ERROR_WARN_PCT = 5.0
+_CELLS = 20_000_000  # scenario x node cells per replay batch (memory bound)
+
+
+@dataclass(frozen=True)
+class WhatIf:
+    measured_step_time_ns: float
+    replay_step_time_ns: float
+    replay_error_pct: float  # whole run: |replay − measured| / measured
+    errors: pl.DataFrame  # rank, step, measured_ns, replay_ns, error_pct (unchanged replay)
+    scenarios: pl.DataFrame  # name, step_time_ns, saving_ns, saving_pct
+    ranks: pl.DataFrame  # rank, saving_ns, saving_pct (replayed ranks, largest saving first)
+    rank_steps: pl.DataFrame  # rank, step, saving_ns (mean step span saved in that step)
+    ideal_speedup: float | None  # S = measured / ideal
+    ranks_replayed: int
+    forced_ends: int  # kernel ends replayed before every participant arrived (inconsistent matches)
+
+
+def parse_specs(specs: tuple[str, ...] | list[str]) -> dict[str, float]:
+    """``busbw:all_reduce=400`` (GB/s; op ``all`` = every op) -> {op: GB/s}."""
+    out: dict[str, float] = {}
+    for spec in specs:
+        m = re.fullmatch(r"busbw:([a-z_]+)=([0-9]*\.?[0-9]+)", spec.strip())
+        if not m or float(m.group(2)) <= 0:
+            raise UsageError(f"--whatif {spec!r}: expected busbw:OP=GBPS, e.g. busbw:all_reduce=400")
+        out[m.group(1)] = float(m.group(2))
+    return out
+
+
+def analyze(g: Graph, steps: pl.DataFrame, straggler: tuple[int, str] | None = None,
+            busbw: dict[str, float] | None = None, dims: dict[str, str] | None = None,
+            max_ranks: int = MAX_RANKS) -> WhatIf | None:
+    """Replay the unchanged run and every scenario. None when the graph is empty."""
+    if g.n_nodes == 0:
+        return None
+    arr = replay.Arrays.of(g)
+    sch = replay.schedule(arr)
+    seg = replay.segments(g, steps)
+    if seg.order.size == 0:
+        return None
+    nodes = g.nodes
+    ideal = _ideal_stats(nodes, g.instances)
+    named: list[tuple[str, Callable[[replay.Mods, int], None]]] = [("replay", lambda m, i: None)]
+    if straggler is not None:
+        named.append(("no_straggler", lambda m, i: _no_straggler(m, i, nodes, *straggler)))
+    comm = (nodes["kind"] == "comm").to_numpy()
+    named.append(("no_exposed_comm", lambda m, i: _hide(m, i, nodes, comm)))
+    if dims:
+        pg_dim = nodes["pg"].replace_strict(dims, default=None, return_dtype=pl.Utf8)
+        for dim in sorted({d for d in dims.values() if d}):
+            mask = comm & (pg_dim == dim).fill_null(False).to_numpy()
+            named.append((f"no_exposed_comm:{dim}", lambda m, i, mask=mask: _hide(m, i, nodes, mask)))
+    for op, gbps in (busbw or {}).items():
+        named.append((f"busbw:{op}={gbps:g}", lambda m, i, op=op, gbps=gbps: _busbw(m, i, g.instances, op, gbps)))
+    named.append(("ideal", lambda m, i: _ideal(m, i, ideal, None)))
+    cands = _candidates(ideal, max_ranks)
+    for r in cands:
+        named.append((f"rank:{r}", lambda m, i, r=r: _ideal(m, i, ideal, r)))
+
+    spans = _replay_all(arr, sch, seg, [f for _, f in named])
+    tab = seg.table
+    steps_col = tab["step"].to_numpy()
+    measured = tab["span_ns"].to_numpy().astype(np.float64)
+    base = spans[0]
+    m_mean, r_mean = _step_time(steps_col, measured), _step_time(steps_col, base)
+    errors = tab.select("rank", "step", pl.col("span_ns").cast(pl.Float64).alias("measured_ns")).with_columns(
+        pl.Series("replay_ns", base),
+    ).with_columns((100.0 * (pl.col("replay_ns") - pl.col("measured_ns")).abs()
+                    / pl.col("measured_ns")).alias("error_pct"))
+    rows = []
+    for (name, _), sp in zip(named, spans):
+        if name == "replay" or name.startswith("rank:"):
+            continue
+        t = _step_time(steps_col, sp)
+        rows.append({"name": name, "step_time_ns": t, "saving_ns": r_mean - t,
+                     "saving_pct": 100.0 * (r_mean - t) / r_mean if r_mean > 0 else None})
+    scen = pl.DataFrame(rows, schema={"name": pl.Utf8, "step_time_ns": pl.Float64, "saving_ns": pl.Float64,
+                                      "saving_pct": pl.Float64})
+    rank_rows, cell_rows = [], []
+    for (name, _), sp in zip(named, spans):
+        if not name.startswith("rank:"):
+            continue
+        r = int(name.split(":")[1])
+        saving = r_mean - _step_time(steps_col, sp)
+        rank_rows.append({"rank": r, "saving_ns": saving, "saving_pct": 100.0 * saving / r_mean if r_mean > 0 else None})
+        for s in np.unique(steps_col):
+            sel = steps_col == s
+            cell_rows.append({"rank": r, "step": int(s), "saving_ns": float(base[sel].max() - sp[sel].max())})
+    ranks = pl.DataFrame(rank_rows, schema={"rank": pl.Int32, "saving_ns": pl.Float64, "saving_pct": pl.Float64})
+    ideal_t = scen.filter(pl.col("name") == "ideal")["step_time_ns"]
+    return WhatIf(
+        measured_step_time_ns=m_mean, replay_step_time_ns=r_mean,
+        replay_error_pct=100.0 * abs(r_mean - m_mean) / m_mean if m_mean > 0 else 0.0,
+        errors=errors, scenarios=scen,
+        ranks=ranks.sort(["saving_ns", "rank"], descending=[True, False]),
+        rank_steps=pl.DataFrame(cell_rows, schema={"rank": pl.Int32, "step": pl.Int64, "saving_ns": pl.Float64}),
+        ideal_speedup=m_mean / float(ideal_t[0]) if ideal_t.len() and ideal_t[0] > 0 else None,
+        ranks_replayed=len(cands), forced_ends=sch.forced,
+    )
+
+
+def _step_time(step: np.ndarray, span: np.ndarray) -> float:
+    """A step lasts until its slowest rank is done: the longest window per step, averaged over steps."""
+    keys, inv = np.unique(step, return_inverse=True)
+    longest = np.full(keys.size, -np.inf)
+    np.maximum.at(longest, inv, span)
+    return float(longest.mean())
+
+
+def _replay_all(arr: replay.Arrays, sch: replay.Schedule, seg: replay.Segments,
+                fill: list[Callable[[replay.Mods, int], None]]) -> list[np.ndarray]:
+    n = arr.rank.size
+    batch = max(1, min(len(fill), _CELLS // max(n, 1)))
+    out: list[np.ndarray] = []
+    for lo in range(0, len(fill), batch):
+        part = fill[lo:lo + batch]
+        mods = replay.Mods.zeros(len(part), n, arr.n_instances)
+        for i, f in enumerate(part):
+            f(mods, i)
+        ds, de = replay.run(arr, sch, mods)
+        out.extend(replay.step_spans(seg, ds, de))
+    return out
+
+
+# ----------------------------------------------------------------------------------------- scenarios
+
+_WORK = ("compute", "memcpy", "memset", "other")
+
+
+def _key_median(nodes: pl.DataFrame, rank: int, value: str, kinds: tuple[str, ...] | None) -> pl.DataFrame:
+    """The rank's nodes with its peers' median ``value`` for the same (step, name, occurrence)."""
+    key = ["step", "name", "occurrence"]
+    pool = nodes if kinds is None else nodes.filter(pl.col("kind").is_in(kinds))
+    peers = pool.filter(pl.col("rank") != rank).group_by(key).agg(pl.col(value).median().alias("_peer"))
+    return pool.filter(pl.col("rank") == rank).join(peers, on=key, how="left", nulls_equal=True)
+
+
+def _no_straggler(m: replay.Mods, i: int, nodes: pl.DataFrame, rank: int, kind: str) -> None:
+    if kind in ("compute", "unknown"):
+        mine = _key_median(nodes, rank, "dur_ns", _WORK)
+        extra = (pl.col("dur_ns") - pl.col("_peer").fill_null(0)).clip(lower_bound=0)
+        m.ddur[i, mine["node"].to_numpy()] -= mine.select(extra)["dur_ns"].to_numpy()
+        # work its peers do not run at all: the host time spent launching it is extra too
+        only = mine.filter(pl.col("_peer").is_null())
+        m.dgap[i, only["node"].to_numpy()] -= only["gap_ns"].to_numpy()
+    if kind in ("host", "unknown"):
+        mine = _key_median(nodes, rank, "gap_ns", None).filter(pl.col("_peer").is_not_null())
+        extra = (pl.col("gap_ns") - pl.col("_peer")).clip(lower_bound=0)
+        m.dgap[i, mine["node"].to_numpy()] -= mine.select(extra)["gap_ns"].to_numpy()
+
+
+def _hide(m: replay.Mods, i: int, nodes: pl.DataFrame, mask: np.ndarray) -> None:
+    m.hide[i] |= mask
+    unmatched = mask & nodes["inst"].is_null().to_numpy()  # no instance: its kernel simply takes no time
+    m.ddur[i, unmatched] -= nodes["dur_ns"].to_numpy()[unmatched]
+
+
+def _busbw(m: replay.Mods, i: int, inst: pl.DataFrame, op: str, gbps: float) -> None:
+    sel = inst.filter((pl.col("op") == op) if op != "all" else pl.lit(True)).filter(pl.col("bytes") > 0)
+    new = sel.select("inst", (pl.col("bytes") * bus_factor_expr(pl.col("op"), pl.col("group_n")) / gbps
+                              - pl.col("transfer_ns")).alias("d"))
+    m.dtr[i, new["inst"].to_numpy()] += new["d"].to_numpy()
+
+
+@dataclass(frozen=True)
+class _Ideal:
+    node: np.ndarray
+    rank: np.ndarray
+    ddur: np.ndarray  # to the mean duration (work operations; 0 for communication)
+    dgap: np.ndarray  # to the median gap
+    inst: np.ndarray
+    dtr: np.ndarray  # to the median transfer
+
+
+def _ideal_stats(nodes: pl.DataFrame, inst: pl.DataFrame) -> _Ideal:
+    key = ["name", "occurrence"]
+    work = pl.col("kind").is_in(_WORK)
+    n = nodes.with_columns(
+        pl.when(work).then(pl.col("dur_ns").cast(pl.Float64).mean().over(key, work) - pl.col("dur_ns"))
+        .otherwise(0.0).alias("_dd"),
+        (pl.col("gap_ns").cast(pl.Float64).median().over(key) - pl.col("gap_ns")).alias("_dg"),
+    )
+    t = inst.with_columns(
+        (pl.col("transfer_ns").cast(pl.Float64).median().over("op", "bytes", "group_n") - pl.col("transfer_ns"))
+        .alias("_dt"))
+    return _Ideal(n["node"].to_numpy(), n["rank"].to_numpy(), n["_dd"].to_numpy(), n["_dg"].fill_null(0).to_numpy(),
+                  t["inst"].to_numpy(), t["_dt"].fill_null(0).to_numpy())
+
+
+def _ideal(m: replay.Mods, i: int, st: _Ideal, rank: int | None) -> None:
+    sel = np.ones(st.node.size, dtype=bool) if rank is None else st.rank == rank
+    m.ddur[i, st.node[sel]] += st.ddur[sel]
+    m.dgap[i, st.node[sel]] += st.dgap[sel]
+    if rank is None:  # a transfer belongs to every participant; one rank alone cannot make it ideal
+        m.dtr[i, st.inst] += st.dtr
+
+
+def _candidates(st: _Ideal, k: int) -> list[int]:
+    """Ranks with the most time above ideal (duration and gap excess), at most k."""
+    excess = np.maximum(-st.ddur, 0) + np.maximum(-st.dgap, 0)
+    ranks, inv = np.unique(st.rank, return_inverse=True)
+    tot = np.bincount(inv, weights=excess, minlength=ranks.size)
+    order = np.lexsort((ranks, -tot))
+    return [int(r) for r in ranks[order[:k]]]
+
+
+def warnings(w: WhatIf | None) -> list[str]:
+    """What the report must say about the replay's own accuracy."""
+    if w is None:
+        return []
+    out = []
+    worst = w.errors.sort("error_pct", descending=True, nulls_last=True).head(1)
+    if worst.height and (worst["error_pct"][0] or 0.0) > ERROR_WARN_PCT:
+        r = worst.row(0, named=True)
+        n_bad = w.errors.filter(pl.col("error_pct") > ERROR_WARN_PCT).height
+        out.append(f"the replay misses the measured step time by more than {ERROR_WARN_PCT:g}% on {n_bad} (rank, step) "
+                   f"windows (worst: rank {r['rank']} step {r['step']}, {r['error_pct']:.1f}%): what-if savings are "
+                   "approximate there")
+    if w.forced_ends:
+        out.append(f"{w.forced_ends} collective kernel ends were replayed before every participant had arrived "
+                   "(inconsistent matching): what-if savings are approximate")
+    return out

@@ -1,0 +1,224 @@
+"""The replay and the what-if scenarios: exact hand-built deltas, generator truth, real traces."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+
+from analyzer import graph, replay, whatif
+from analyzer.analysis import analyze
+from analyzer.compare import compare
+from analyzer.report.json import to_dict
+from sample_traces.generate import Collective, Scenario, build, write_kineto
+from tests.conftest import SAMPLES, SHARED
+from tests.helpers import cli, run
+from tests.test_graph import HAND, HAND_ROWS, HAND_STEPS
+
+
+def _hand_replay(fill) -> tuple[dict, np.ndarray]:
+    g = graph.build(HAND, HAND_ROWS, HAND_STEPS)
+    arr = replay.Arrays.of(g)
+    mods = replay.Mods.zeros(1, g.n_nodes, g.instances.height)
+    fill(mods, {(r["rank"], r["name"]): r["node"] for r in g.nodes.to_dicts()})
+    _, de = replay.run(arr, replay.schedule(arr), mods)
+    return {(r["rank"], r["name"]): r["node"] for r in g.nodes.to_dicts()}, de[0]
+
+
+def test_hand_built_deltas() -> None:
+    # nothing changed: nothing moves
+    ids, de = _hand_replay(lambda m, ids: None)
+    assert not de.any()
+    # B 50 ns shorter: rank 1 arrives at 150, the instance ends at 150 + 100 = 250 on both ranks, D at 350
+    ids, de = _hand_replay(lambda m, ids: m.ddur.__setitem__((0, ids[(1, "B")]), -50))
+    assert de[ids[(0, "nccl_ar")]] == de[ids[(1, "nccl_ar")]] == -50 and de[ids[(0, "D")]] == -50
+    # B 150 shorter: rank 1 would arrive at 50, but rank 0 arrives at 100: end 200, D [200, 300] (A ends at 100)
+    ids, de = _hand_replay(lambda m, ids: m.ddur.__setitem__((0, ids[(1, "B")]), -150))
+    assert de[ids[(0, "nccl_ar")]] == -100 and de[ids[(0, "D")]] == -100
+    # communication hidden: D starts when rank 0 arrives (100), E keeps its 50 ns host gap after rank 1's arrival
+    ids, de = _hand_replay(lambda m, ids: m.hide.__setitem__((0, slice(None)), True))
+    assert de[ids[(0, "D")]] == -200 and de[ids[(1, "E")]] == -100
+    # transfer halved: ends at 250
+    ids, de = _hand_replay(lambda m, ids: m.dtr.__setitem__((0, 0), -50))
+    assert de[ids[(0, "D")]] == -50 and de[ids[(1, "E")]] == -50
+
+
+def _real_sets() -> list[Path]:
+    sets = sorted(p for p in (SAMPLES / "gpu_h200").iterdir() if p.is_dir())
+    if SHARED.exists():
+        sets += sorted(p for p in (SHARED / "gpu_h200").iterdir() if p.is_dir())
+    return sets
+
+
+REAL = _real_sets()
+
+
+def test_real_sets_are_found() -> None:
+    assert len(REAL) >= 5  # the shipped captures at least: a glob that finds nothing must not pass
+
+
+@pytest.mark.parametrize("folder", REAL, ids=lambda p: f"{p.parent.parent.name}/{p.name}")
+def test_replay_reproduces_real_step_times(folder: Path) -> None:
+    a = run(folder)
+    w = a.whatif
+    assert w is not None and len(a.source["ranks"]) > 1
+    assert w.replay_error_pct < 5.0
+    assert w.errors.height == a.steps.height and float(w.errors["error_pct"].max()) < 5.0
+    assert w.forced_ends == 0
+    assert w.measured_step_time_ns / 1e6 == pytest.approx(
+        a.steps.group_by("step").agg(pl.col("span_ms").max())["span_ms"].mean(), rel=1e-9)
+
+
+def _gen(tmp_path: Path, name: str, sc: Scenario, **kw):
+    d = tmp_path / name
+    write_kineto(build(sc), d)
+    return run(d, **kw)
+
+
+def _step_ms(a) -> float:
+    return a.whatif.measured_step_time_ns / 1e6
+
+
+@pytest.mark.parametrize("sc", [
+    Scenario(ranks=8, tp=2, steps=3, overlap=0.5, late_ranks={5: (1_500_000, "host"), 2: (700_000, "compute")}),
+    Scenario(ranks=4, steps=3, overlap=0.0, jitter_ns=30_000, clock_offsets_ns={1: 3_000_000, 3: -2_000_000}),
+    Scenario(ranks=16, tp=4, steps=2, overlap=0.8, missing_meta_first=2),
+], ids=["tp2-late-overlap", "dp-clock-offsets", "tp4-missing-meta"])
+def test_replay_reproduces_generated_step_times(tmp_path: Path, sc: Scenario) -> None:
+    a = _gen(tmp_path, "run", sc)
+    assert a.whatif.replay_error_pct < 5.0 and float(a.whatif.errors["error_pct"].max()) < 5.0
+
+
+@pytest.mark.parametrize("kind,tp,ranks,late_rank", [("host", 1, 8, 6), ("compute", 1, 8, 6), ("host", 2, 8, 6),
+                                                     ("compute", 4, 8, 6), ("host", 8, 32, 21)])
+def test_no_straggler_predicts_the_run_without_the_late_rank(tmp_path: Path, kind: str, tp: int, ranks: int,
+                                                             late_rank: int) -> None:
+    base = dict(ranks=ranks, tp=tp, steps=4, overlap=0.5, seed=3)
+    late = _gen(tmp_path, "late", Scenario(**base, late_ranks={late_rank: (3_000_000, kind)}))
+    clean = _gen(tmp_path, "clean", Scenario(**base))
+    assert late.verdict is not None and (late.verdict.rank, late.verdict.kind) == (late_rank, kind)
+    pred = late.whatif.scenarios.filter(pl.col("name") == "no_straggler")["step_time_ns"][0] / 1e6
+    assert _step_ms(late) > 1.5 * _step_ms(clean)  # the delay matters, so the prediction is not trivially close
+    assert pred == pytest.approx(_step_ms(clean), rel=0.05)
+    # compare checks that prediction against the run without the straggler
+    p = compare(late, clean).straggler.prediction
+    assert p is not None and abs(p.error_pct) < 5.0 and p.rank == late_rank
+
+
+def test_busbw_at_twice_the_measured_bandwidth_predicts_half_the_transfer(tmp_path: Path) -> None:
+    def sc(scale: int) -> Scenario:  # both all-reduces at the same bus bandwidth
+        return Scenario(ranks=8, steps=3, overlap=0.3, collectives=(
+            Collective("all_reduce", 32 << 20, 800_000 // scale), Collective("all_reduce", 16 << 20, 400_000 // scale)))
+    slow = _gen(tmp_path, "slow", sc(1))
+    fast = _gen(tmp_path, "fast", sc(2))
+    busbw = float(slow.collectives["busbw_gbps"].median())
+    a = analyze(slow.traces, busbw={"all_reduce": 2 * busbw})
+    pred = a.whatif.scenarios.filter(pl.col("name").str.starts_with("busbw:"))["step_time_ns"][0] / 1e6
+    assert _step_ms(slow) - _step_ms(fast) > 0.1 * _step_ms(fast)
+    assert pred == pytest.approx(_step_ms(fast), rel=0.05)
+
+
+def test_no_exposed_comm_is_an_upper_bound_and_ideal_is_consistent(tmp_path: Path) -> None:
+    a = _gen(tmp_path, "run", Scenario(ranks=8, tp=2, steps=3, late_ranks={1: (2_000_000, "host")}))
+    sc = {r["name"]: r for r in a.whatif.scenarios.to_dicts()}
+    assert sc["no_exposed_comm"]["saving_ns"] >= sc["no_straggler"]["saving_ns"] - 1
+    assert sc["no_exposed_comm"]["step_time_ns"] < _step_ms(a) * 1e6
+    assert a.whatif.ideal_speedup == pytest.approx(_step_ms(a) * 1e6 / sc["ideal"]["step_time_ns"])
+    # the late rank is the one whose ideal saves most, every step
+    assert a.whatif.ranks["rank"][0] == 1
+    cells = a.whatif.rank_steps
+    best = cells.sort("saving_ns", descending=True).group_by("step", maintain_order=True).first()
+    assert set(best["rank"].to_list()) == {1}
+
+
+def test_json_whatif_and_critical_path_contract(tmp_path: Path) -> None:
+    a = _gen(tmp_path, "run", Scenario(ranks=4, steps=3, late_ranks={2: (1_000_000, "host")}))
+    d = json.loads(json.dumps(to_dict(a), allow_nan=False))
+    w = d["whatif"]
+    assert {"replay_step_time_ms", "measured_step_time_ms", "replay_error_pct", "scenarios", "ranks"} <= set(w)
+    assert [s["name"] for s in w["scenarios"]] == ["no_straggler", "no_exposed_comm", "ideal"]
+    assert set(w["scenarios"][0]) == {"name", "step_time_ms", "saving_ms", "saving_pct"}
+    assert w["ranks"][0]["rank"] == 2 and set(w["ranks"][0]) == {"rank", "saving_ms", "saving_pct"}
+    assert {r["rank"] for r in w["replay_steps"]} == {0, 1, 2, 3}
+    cp = d["critical_path"]
+    assert set(cp[0]) == {"step", "rank", "compute_ms", "exposed_transfer_ms", "wait_ms", "host_idle_ms"}
+    host = [r for r in cp if r["rank"] == 2]
+    assert len(host) == 3 and all(r["host_idle_ms"] == pytest.approx(1.0, rel=0.01) for r in host)
+
+
+def test_cli_whatif_option(tmp_path: Path) -> None:
+    folder = tmp_path / "run"
+    write_kineto(build(Scenario(ranks=4, steps=2)), folder)
+    out = cli("analyze", folder, "--format", "json", "-j", "1", "--whatif", "busbw:all_reduce=400",
+              "--whatif", "busbw:all=50")
+    assert out.returncode == 0, out.stderr
+    names = [s["name"] for s in json.loads(out.stdout)["whatif"]["scenarios"]]
+    assert "busbw:all_reduce=400" in names and "busbw:all=50" in names
+    text = cli("analyze", folder, "-j", "1")
+    assert text.returncode == 0 and any(line.startswith("What if: ") for line in text.stdout.splitlines()[:6])
+    bad = cli("analyze", folder, "--whatif", "busbw:all_reduce")
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "busbw:OP=GBPS" in bad.stderr
+
+
+def test_parse_specs() -> None:
+    assert whatif.parse_specs(["busbw:all_reduce=400", "busbw:all=1.5"]) == {"all_reduce": 400.0, "all": 1.5}
+    for bad in ("busbw:all_reduce=0", "bw:all_reduce=3", "busbw:=3"):
+        with pytest.raises(Exception, match="busbw:OP=GBPS"):
+            whatif.parse_specs([bad])
+
+
+@pytest.mark.parametrize("name", ["hybrid_tp_dp", "host_straggler", "compute_straggler"])
+def test_no_straggler_saves_about_the_injected_delay_on_real_captures(name: str) -> None:
+    """No balanced capture of the same jobs exists; the injected per-step delay is the known answer instead."""
+    folder = SAMPLES / "gpu_h200" / name
+    truth = json.loads((folder / "ground_truth.json").read_text())
+    delay_ms = truth.get("delay_ms") or 1000.0 * truth["cpu_sleep_s"]
+    a = run(folder)
+    assert a.verdict is not None and a.verdict.rank == truth["straggler_rank"]
+    saving_ms = a.whatif.scenarios.filter(pl.col("name") == "no_straggler")["saving_ns"][0] / 1e6
+    assert saving_ms == pytest.approx(delay_ms, rel=0.2)
+    assert a.whatif.ranks["rank"][0] == truth["straggler_rank"]  # making it ideal saves most
+
+
+def test_per_dimension_hiding_saves_exactly_that_dimensions_transfer(tmp_path: Path) -> None:
+    sc = Scenario(ranks=8, tp=2, steps=3, overlap=0.0, jitter_ns=0)  # no waiting: each collective costs its transfer
+    a = _gen(tmp_path, "run", sc)
+    tp_pgs = {pg.name for pg in sc.process_groups[1:] if len(pg.ranks) == 2}
+    dims = {pg.name: ("tp" if pg.name in tp_pgs else "dp") for pg in sc.process_groups[1:]}
+    w = whatif.analyze(a.graph, a.traces.steps, None, None, dims)
+    saving = {r["name"]: r["saving_ns"] for r in w.scenarios.to_dicts()}
+    tp_transfer, dp_transfer = (c.transfer_ns for c in sc.collectives)
+    assert saving["no_exposed_comm:tp"] == pytest.approx(tp_transfer, abs=1)
+    assert saving["no_exposed_comm:dp"] == pytest.approx(dp_transfer, abs=1)
+    assert saving["no_exposed_comm"] == pytest.approx(tp_transfer + dp_transfer, abs=1)
+
+
+@pytest.mark.parametrize("folder", REAL, ids=lambda p: f"{p.parent.parent.name}/{p.name}")
+def test_critical_path_covers_each_real_step(folder: Path) -> None:
+    """The split adds up to the step's span over all ranks (aligned clock), even where kernel ends differ."""
+    from analyzer.metrics.critical_path import _job_windows, step_summary
+
+    a = run(folder)
+    job = _job_windows(a.traces.steps, a.clock.offsets_ns).sort("step")
+    path = step_summary(a.critical_path)
+    assert path["step"].to_list() == job["step"].to_list()
+    spans = (job["end_ns"] - job["start_ns"]).to_numpy()
+    assert path["path_ns"].to_numpy() == pytest.approx(spans, rel=1e-6)
+
+
+@pytest.mark.parametrize("kind", ["host", "compute"])
+def test_no_straggler_with_tiled_step_windows(tmp_path: Path, kind: str) -> None:
+    """Without GPU-side step annotations the windows tile (a step ends where the next starts): a host-late
+    rank's idle then sits at the end of its previous window, and must move with the next step's start."""
+    base = dict(ranks=8, tp=2, steps=4, gpu_step_annotations=False)
+    late = _gen(tmp_path, "late", Scenario(**base, late_ranks={5: (3_000_000, kind)}))
+    clean = _gen(tmp_path, "clean", Scenario(**base))
+    steps = late.traces.steps.sort("rank", "step")
+    assert steps.filter(pl.col("step") < pl.col("step").max())["end_ns"].to_list() == \
+        steps.filter(pl.col("step") > pl.col("step").min())["start_ns"].to_list()  # the windows do tile
+    pred = late.whatif.scenarios.filter(pl.col("name") == "no_straggler")["step_time_ns"][0] / 1e6
+    assert _step_ms(late) > 2 * _step_ms(clean)
+    assert pred == pytest.approx(_step_ms(clean), rel=0.05)
