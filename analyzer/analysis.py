@@ -27,6 +27,7 @@ class Analysis:
     matching: dict
     warnings: tuple[str, ...]
     traces: TraceSet  # for timelines (dashboard); presenters read tables above for numbers
+    kernels: pl.DataFrame | None = None  # waits.per_row: every comm kernel, its instance, wait_ns, transfer_ns (export)
 
 
 def _ms(cols: list[str]) -> list[pl.Expr]:
@@ -102,7 +103,7 @@ def analyze(ts: TraceSet) -> Analysis:
     }
     return Analysis(
         source=source, ranks=rank_df, steps=step_df, collectives=coll_df, bandwidth=bw, ranking=order,
-        verdict=verdict, clock=fit, matching=matching, warnings=tuple(warnings), traces=ts,
+        verdict=verdict, clock=fit, matching=matching, warnings=tuple(warnings), traces=ts, kernels=rows,
     )
 
 
