@@ -24,9 +24,9 @@ class Decoded:
     counters: list[dict] = field(default_factory=list)
 
 
-def decode(path: Path) -> Decoded:
+def decode(src: Path | bytes) -> Decoded:
     trace = Trace()
-    trace.ParseFromString(Path(path).read_bytes())
+    trace.ParseFromString(src if isinstance(src, bytes) else Path(src).read_bytes())
     out = Decoded()
     names: dict[int, dict[int, str]] = {}
     cats: dict[int, dict[int, str]] = {}

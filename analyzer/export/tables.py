@@ -185,7 +185,8 @@ def rank_tables(a: Analysis, p: Plan, rank: int) -> RankTables:
 
     def aligned(df: pl.DataFrame) -> pl.DataFrame:
         # an end before its start (broken input) would break the nesting: such a row lasts 0 ns
-        return _kept(df.with_columns(pl.col("start_ns") - off, (pl.max_horizontal("start_ns", "end_ns") - off).alias("end_ns")), keep)
+        end = (pl.max_horizontal("start_ns", "end_ns") - off).alias("end_ns")
+        return _kept(df.with_columns(pl.col("start_ns") - off, end), keep)
 
     gpu = aligned(_rows(p.gpu, rank).filter(pl.col("kind") != "comm").select(
         "rank", "stream", "start_ns", "end_ns", "name", pl.col("kind").alias("cat")))
