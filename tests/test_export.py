@@ -263,3 +263,33 @@ def test_real_traces(folder: Path) -> None:
     buf = io.BytesIO()
     write_trace(a, Selection(), buf)
     check_trace(a, decode(buf.getvalue()))
+
+
+def test_dashboard_downloads_the_selected_step(gen) -> None:
+    import base64
+
+    from dashboards.app import create_app
+
+    _, _, a = gen
+    client = create_app(a).server.test_client()
+    sel = {"rank": None, "step": 3, "collective": None}
+    body = {"output": "export-download.data", "outputs": {"id": "export-download", "property": "data"},
+            "inputs": [{"id": "export-button", "property": "n_clicks", "value": 1}],
+            "state": [{"id": "selection", "property": "data", "value": sel},
+                      {"id": "export-format", "property": "value", "value": "pftrace"}],
+            "changedPropIds": ["export-button.n_clicks"]}
+    resp = client.post("/_dash-update-component", data=json.dumps(body), content_type="application/json")
+    assert resp.status_code == 200
+    data = resp.get_json()["response"]["export-download"]["data"]
+    assert data["filename"] == "commscope_step3.pftrace"
+    d = decode(base64.b64decode(data["content"]))
+    assert sorted(p[0] - 1 for p in d.processes.values()) == [int(r) for r in a.source["ranks"]]
+    assert set(d.slices.filter(pl.col("track_name") == "steps")["name"].to_list()) == {"step 3"}
+
+
+def test_html_report_gives_the_export_command(gen) -> None:
+    from analyzer.report.html import render
+
+    folder, _, a = gen
+    page = render(a)
+    assert "Merged Perfetto trace" in page and f"commscope export {folder} -o job.pftrace" in page

@@ -33,7 +33,10 @@ def write_trace(a: Analysis, sel: Selection, f: IO[bytes], fmt: str = "pftrace")
 def command_line(a: Analysis, sel: Selection | None = None, output: str = "job.pftrace") -> str:
     """The ``commscope export`` command that writes this selection of this run."""
     sel = sel or Selection()
-    args = ["commscope", "export", *[str(p) for p in a.source.get("paths", [])], "-o", output]
+    paths = [Path(p) for p in a.source.get("paths", [])]
+    if len(paths) > 1 and len({p.parent for p in paths}) == 1:
+        paths = [paths[0].parent]  # the ranks of one folder: name the folder, not every file
+    args = ["commscope", "export", *map(str, paths), "-o", output]
     if sel.ranks is not None:
         args += ["--ranks", ",".join(map(str, sel.ranks))]
     if sel.steps is not None:
