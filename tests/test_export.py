@@ -90,7 +90,7 @@ def check_trace(a: Analysis, d: Decoded, ranks: list[int] | None = None) -> None
     inst = matched.join(got, on=["rank", "start_ns"], how="left")
     per = inst.group_by("instance").agg(pl.col("flow").n_unique().alias("n"), pl.col("flow").first(),
                                         pl.col("flow").null_count().alias("missing"))
-    assert per.height > 0
+    assert per.height == matched["instance"].n_unique()
     assert (per["n"] == 1).all() and (per["missing"] == 0).all()
     assert per["flow"].n_unique() == per.height  # distinct instances, distinct flows
     assert got.height == matched.height
@@ -249,21 +249,25 @@ def test_bad_input_is_one_line_and_exit_2(gen, tmp_path: Path, args: list[str], 
     assert not out.exists() and not list(tmp_path.glob("*.part"))
 
 
-def _real_sets() -> list[Path]:
+def _real_sets() -> list[tuple[Path, bool]]:
+    """(input, has matched instances): the real captures, and other formats' shared traces where present."""
     found = sorted(p for p in (SAMPLES / "gpu_h200").iterdir() if p.is_dir())
     assert len(found) >= 5, "the project's real traces are missing"
     shared = sorted(p for p in (SHARED / "gpu_h200").iterdir() if p.is_dir()) if SHARED.exists() else []
-    return found + shared
+    others = [SHARED / "nsys" / "mfu_2gpu_before.sqlite", SHARED / "hta" / "trace_filter"]
+    return [(p, True) for p in found + shared] + [(p, False) for p in others if p.exists()]
 
 
-@pytest.mark.parametrize("folder", _real_sets(), ids=lambda p: f"{p.parent.parent.name}/{p.name}")
-def test_real_traces(folder: Path) -> None:
+@pytest.mark.parametrize("folder, matched", _real_sets(), ids=lambda p: f"{p.parent.name}/{p.name}"
+                         if isinstance(p, Path) else str(p))
+def test_real_traces(folder: Path, matched: bool) -> None:
     a = run(folder)
-    assert a.kernels is not None and a.kernels["instance"].drop_nulls().len() > 0
+    assert a.kernels is not None
+    if matched:
+        assert a.kernels["instance"].drop_nulls().len() > 0
     buf = io.BytesIO()
-    write_trace(a, Selection(), buf)
+    write_trace(a, Selection(host=not matched), buf)
     check_trace(a, decode(buf.getvalue()))
-
 
 def test_dashboard_downloads_the_selected_step(gen) -> None:
     import base64

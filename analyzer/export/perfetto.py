@@ -15,7 +15,6 @@ from typing import IO
 import polars as pl
 from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import (
     ChromeMetadata,
-    CounterDescriptor,
     Trace,
     TracePacket,
     TrackDescriptor,
@@ -131,7 +130,7 @@ def _rank(out: _Out, a: Analysis, t: RankTables, shift: int) -> None:
         d.name = track
         d.sibling_order_rank = order
         if counter:
-            d.counter.unit = CounterDescriptor.UNIT_UNSPECIFIED
+            d.counter.unit_name = "ms"
     events = _events(t, shift)
     names = events.filter(pl.col("name").is_not_null())["name"].unique().sort().to_list()
     cats = events.filter(pl.col("cat").is_not_null())["cat"].unique().sort().to_list()
