@@ -166,7 +166,7 @@ def _lanes(df: pl.DataFrame, key: str) -> tuple[pl.DataFrame, int]:
     return (pl.concat(out) if out else df.with_columns(pl.lit(0, dtype=pl.Int32).alias("lane"))), rest.height
 
 
-def _on_tracks(df: pl.DataFrame, key: str, label: str) -> tuple[pl.DataFrame, int]:
+def _on_tracks(df: pl.DataFrame, key: str, label: str, extra: str = "overlap") -> tuple[pl.DataFrame, int]:
     """Lanes -> named tracks; ``i`` numbers the slices of each track in time order."""
     if df.height == 0:
         return df.with_columns(pl.lit("", dtype=pl.Utf8).alias("track"), pl.lit(0, dtype=pl.Int64).alias("i"),
@@ -174,7 +174,7 @@ def _on_tracks(df: pl.DataFrame, key: str, label: str) -> tuple[pl.DataFrame, in
     df, dropped = _lanes(df, key)
     df = df.with_columns(
         pl.when(pl.col("lane") == 0).then(pl.format(f"{label} {{}}", key))
-        .otherwise(pl.format(f"{label} {{}} (overlap {{}})", key, "lane")).alias("track")
+        .otherwise(pl.format(f"{label} {{}} ({extra} {{}})", key, "lane")).alias("track")
     ).sort("track", "start_ns", "end_ns", descending=[False, False, True])
     return df.with_columns(pl.int_range(pl.len()).over("track").cast(pl.Int64).alias("i")), dropped
 
@@ -215,7 +215,7 @@ def rank_tables(a: Analysis, p: Plan, rank: int) -> RankTables:
     if p.sel.host:
         host = aligned(_rows(p.cpu, rank).select(
             "rank", "tid", "start_ns", "end_ns", "name", pl.format("host.{}", "kind").alias("cat")))
-        host, d = _on_tracks(host, "tid", "thread")
+        host, d = _on_tracks(host, "tid", "thread", "level")  # nested host ranges: one track per level
         dropped += d
         parts.append(host.with_columns(pl.lit(0, dtype=pl.Int8).alias("pos")).drop("rank", "tid", "lane"))
     slices = pl.concat(parts, how="diagonal_relaxed")
