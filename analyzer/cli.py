@@ -169,9 +169,10 @@ def export(paths: tuple[Path, ...], output: Path, fmt: str, steps_sel: str | Non
         start_workers(paths, jobs)
         from .export import run_export
 
-        run_export(list(paths), output, fmt, load_options(rank_map, step_marker, jobs, None, no_cache),
-                   ranks=ranks, steps=steps_sel, window=window, host=host_activity)
-        click.echo(f"wrote {output}", err=True)
+        n = run_export(list(paths), output, fmt, load_options(rank_map, step_marker, jobs, None, no_cache),
+                       ranks=ranks, steps=steps_sel, window=window, host=host_activity)
+        dropped = f"; {n['dropped']} slices overlapping beyond {n['max_lanes']} lanes left out" if n["dropped"] else ""
+        click.echo(f"wrote {output}: {n['ranks']} ranks, {n['slices']} slices{dropped}", err=True)
 
     _guard(run)
 

@@ -13,7 +13,7 @@ from typing import IO
 from ..analysis import Analysis
 from ..loader import LoadOptions
 from .selection import Selection, parse_list, parse_window
-from .tables import plan
+from .tables import MAX_LANES, plan
 
 FORMATS = ("pftrace", "json")
 
@@ -67,4 +67,4 @@ def run_export(paths: list[Path], output: Path, fmt: str, opts: LoadOptions, ran
         tmp.replace(output)
     finally:
         tmp.unlink(missing_ok=True)
-    return counts
+    return {**counts, "max_lanes": MAX_LANES}
