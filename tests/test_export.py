@@ -236,6 +236,7 @@ def test_host_activity_only_when_asked(gen, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("args, message", [
     (["--window", "9:3"], "--window"),
+    (["--window", "5000:6000"], "no GPU event"),
     (["--steps", "77"], "--steps"),
     (["--ranks", "12"], "--ranks"),
     (["--format", "svg"], "format"),

@@ -89,6 +89,11 @@ def plan(a: Analysis, sel: Selection) -> Plan:
     a_kern = align.apply(kern.select("_k", "rank", "instance", "start_ns", "end_ns"), a.clock).filter(
         pl.col("rank").is_in(ranks))
     a_kern = _kept(a_kern, keep)
+    if keep is not None and _kept(gpu.filter(pl.col("rank").is_in(ranks)), keep).height == 0:
+        raise UsageError(f"{_describe(sel)}: no GPU event of the selected ranks falls there (--window is in ms "
+                         f"from the run's first GPU event on the aligned clock; the run lasts "
+                         f"{(int(gpu['end_ns'].max()) - origin) / 1e6:,.3f} ms)" if gpu.height else
+                         f"{_describe(sel)}: the traces hold no GPU events")
     parts = [gpu.filter(pl.col("rank").is_in(ranks)), steps.filter(pl.col("rank").is_in(ranks))]
     if sel.host:
         parts.append(align.apply(a.traces.cpu.select("rank", "start_ns", "end_ns"), a.clock)
@@ -97,6 +102,13 @@ def plan(a: Analysis, sel: Selection) -> Plan:
     return Plan(ranks=ranks, origin_ns=origin, base_ns=min(starts) if starts else origin, keep=keep,
                 flows=_flows(a_kern), offsets=offsets, sel=sel, gpu=_by_rank(a.traces.gpu),
                 cpu=_by_rank(a.traces.cpu), steps=_by_rank(a.traces.steps), kernels=kern)
+
+
+def _describe(sel: Selection) -> str:
+    parts = [f"--steps {','.join(map(str, sel.steps))}"] if sel.steps is not None else []
+    if sel.window_ms is not None:
+        parts.append(f"--window {sel.window_ms[0]:g}:{sel.window_ms[1]:g}")
+    return " ".join(parts)
 
 
 def _span(ranks: list[int]) -> str:
@@ -118,12 +130,11 @@ def _keep(sel: Selection, steps: pl.DataFrame, origin: int, ranks: tuple[int, ..
         iv = pl.DataFrame({"rank": list(ranks)}, schema={"rank": pl.Int32}).with_columns(
             pl.lit(-(2**62), dtype=pl.Int64).alias("k_start"), pl.lit(2**62, dtype=pl.Int64).alias("k_end"))
     if sel.window_ms is not None:
-        lo, hi = (max(min(origin + w * 1e6, 2**62), -(2**62)) for w in sel.window_ms)
-        iv = iv.with_columns(pl.col("k_start").clip(lower_bound=round(lo)), pl.col("k_end").clip(upper_bound=round(hi)))
+        # integer ns from the origin: epoch-scale floats would lose the last nanoseconds
+        lo, hi = (max(min(origin + round(w * 1e6), 2**62), -(2**62)) if abs(w) < 1e15 else (2**62 if w > 0 else -(2**62))
+                  for w in sel.window_ms)
+        iv = iv.with_columns(pl.col("k_start").clip(lower_bound=lo), pl.col("k_end").clip(upper_bound=hi))
         iv = iv.filter(pl.col("k_end") > pl.col("k_start"))
-        if iv.height == 0:
-            raise UsageError(f"--window {sel.window_ms[0]:g}:{sel.window_ms[1]:g}: nothing selected falls in it "
-                             "(times are ms from the run's first GPU event on the aligned clock)")
     return iv.sort("rank", "k_start")
 
 
