@@ -309,3 +309,17 @@ def test_overlapping_slices_get_lanes_where_none_overlaps() -> None:
     assert dropped == 0 and out.height == len(iv)
     lanes = {(s, e): lane for s, e, lane in out.select("start_ns", "end_ns", "lane").iter_rows()}
     assert lanes == {(0, 10): 0, (10, 20): 0, (40, 40): 0, (5, 8): 1, (12, 30): 1, (15, 16): 2}
+
+
+def test_root_caused_wait_is_the_note_once_the_analysis_has_it(gen, tmp_path: Path) -> None:
+    """Root cause (another change) adds ``ranks.root_caused_wait_ms``: the notes then carry it, not caused wait."""
+    from dataclasses import replace
+
+    _, _, a = gen
+    b = replace(a, ranks=a.ranks.with_columns((pl.col("caused_wait_ms") * 0.5 + pl.col("rank")).alias(
+        "root_caused_wait_ms")))
+    d = decode(_export(b, tmp_path))
+    check_trace(b, d)
+    names = [i["name"] for i in d.instants]
+    assert sum(n.startswith("root caused wait: ") for n in names) == len(b.source["ranks"])
+    assert not any(n.startswith("caused wait: ") for n in names)
