@@ -306,7 +306,7 @@ def test_overlapping_slices_get_lanes_where_none_overlaps() -> None:
     iv = [(0, 10), (5, 8), (10, 20), (12, 30), (15, 16), (40, 40)]
     df = pl.DataFrame({"stream": [7] * len(iv), "start_ns": [s for s, _ in iv], "end_ns": [e for _, e in iv]})
     out, dropped = _lanes(df, "stream")
-    assert dropped == 0 and out.height == len(iv)
+    assert dropped.height == 0 and out.height == len(iv)
     lanes = {(s, e): lane for s, e, lane in out.select("start_ns", "end_ns", "lane").iter_rows()}
     assert lanes == {(0, 10): 0, (10, 20): 0, (40, 40): 0, (5, 8): 1, (12, 30): 1, (15, 16): 2}
 

@@ -14,7 +14,7 @@ import msgspec
 
 from ..analysis import Analysis
 from .perfetto import meta_lines
-from .tables import ARG, Plan, RankTables, rank_tables
+from .tables import ARG, CHUNK, Plan, RankTables, rank_tables
 from .text import metadata, process_name
 
 RUN_PID = 0
@@ -29,15 +29,15 @@ def write(a: Analysis, p: Plan, f: IO[bytes]) -> dict:
              for text in meta_lines(a)]
     f.write(b",\n".join(enc.encode(e) for e in head))
     counts = {"ranks": 0, "slices": 0, "flow_slices": 0, "dropped": 0}
-    for rank in p.ranks:
-        t = rank_tables(a, p, rank)
-        events = _rank(a, t, base)
-        if events:
-            f.write(b",\n" + b",\n".join(enc.encode(e) for e in events))
-        counts["ranks"] += 1
-        counts["slices"] += t.slices.height
-        counts["flow_slices"] += int(t.slices["flow_id"].is_not_null().sum()) if "flow_id" in t.slices.columns else 0
-        counts["dropped"] += t.dropped
+    for k in range(0, len(p.ranks), CHUNK):
+        for t in rank_tables(a, p, p.ranks[k:k + CHUNK]):
+            events = _rank(a, t, base)
+            if events:
+                f.write(b",\n" + b",\n".join(enc.encode(e) for e in events))
+            counts["ranks"] += 1
+            counts["slices"] += t.slices.height
+            counts["flow_slices"] += int(t.slices["flow_id"].is_not_null().sum()) if "flow_id" in t.slices.columns else 0
+            counts["dropped"] += t.dropped
     meta = {**metadata(a, p, 0), "commscope.base_ns": base}
     f.write(b'\n],"metadata":' + enc.encode(meta) + b"}\n")
     return counts
@@ -56,7 +56,7 @@ def _rank(a: Analysis, t: RankTables, base: int) -> list[dict]:
         {"ph": "M", "name": "process_labels", "pid": pid, "tid": 0, "args": {"labels": description.replace("\n", "; ")}},
     ]
     tids = {}
-    for order, track, counter in t.tracks.iter_rows():
+    for order, track, counter in t.tracks.select("order", "track", "counter").iter_rows():
         if counter:
             continue
         tids[track] = order + 1

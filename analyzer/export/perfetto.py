@@ -22,7 +22,7 @@ from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import (
 )
 
 from ..analysis import Analysis
-from .tables import ARG, Plan, RankTables, rank_tables
+from .tables import ARG, CHUNK, Plan, RankTables, rank_tables
 from .text import metadata, process_name
 
 BATCH = 20_000  # packets per write: bounded memory, few calls
@@ -78,14 +78,14 @@ def write(a: Analysis, p: Plan, f: IO[bytes]) -> dict:
         if i == 0:
             pk.first_packet_on_sequence = True
     counts = {"ranks": 0, "slices": 0, "flow_slices": 0, "dropped": 0}
-    for rank in p.ranks:
-        t = rank_tables(a, p, rank)
-        _rank(out, a, t, shift)
-        counts["ranks"] += 1
-        counts["slices"] += t.slices.height
-        counts["flow_slices"] += int(t.slices["flow_id"].is_not_null().sum()) if "flow_id" in t.slices.columns else 0
-        counts["dropped"] += t.dropped
-        out.flush()  # one rank's packets at most in memory
+    for k in range(0, len(p.ranks), CHUNK):
+        for t in rank_tables(a, p, p.ranks[k:k + CHUNK]):
+            _rank(out, a, t, shift)
+            counts["ranks"] += 1
+            counts["slices"] += t.slices.height
+            counts["flow_slices"] += int(t.slices["flow_id"].is_not_null().sum()) if "flow_id" in t.slices.columns else 0
+            counts["dropped"] += t.dropped
+            out.flush()  # one rank's packets at most in memory
     return counts
 
 
@@ -121,7 +121,7 @@ def _rank(out: _Out, a: Analysis, t: RankTables, shift: int) -> None:
     d.description = description
     d.child_ordering = TrackDescriptor.EXPLICIT
     uuids = {}
-    for order, track, counter in t.tracks.iter_rows():
+    for order, track, counter in t.tracks.select("order", "track", "counter").iter_rows():
         uuids[track] = puuid + 1 + order
         pk = out.packet()
         d = pk.track_descriptor

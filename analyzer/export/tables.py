@@ -23,6 +23,7 @@ from ..analysis import Analysis
 from ..errors import UsageError
 from .selection import Selection
 
+CHUNK = 32  # ranks computed together: vectorized over them, memory bounded by them
 MAX_LANES = 64  # overlapping slices of one stream/thread go to extra lanes; deeper overlap is dropped
 KERNEL_END_POS = 5
 ARG = "arg."  # columns with this prefix become a slice's arguments
@@ -58,12 +59,13 @@ def _by_rank(df: pl.DataFrame) -> pl.DataFrame:
     return df if df["rank"].is_sorted() else df.sort("rank", maintain_order=True)
 
 
-def _rows(df: pl.DataFrame, rank: int) -> pl.DataFrame:
-    """The rows of one rank of a rank-sorted table: a slice, not a scan per rank."""
+def _rows(df: pl.DataFrame, ranks: tuple[int, ...]) -> pl.DataFrame:
+    """The rows of a few sorted ranks of a rank-sorted table: a slice, not a scan of the whole table."""
     col = df["rank"]
-    lo = int(col.search_sorted(rank, side="left"))
-    hi = int(col.search_sorted(rank, side="right"))
-    return df.slice(lo, hi - lo)
+    lo = int(col.search_sorted(ranks[0], side="left"))
+    hi = int(col.search_sorted(ranks[-1], side="right"))
+    part = df.slice(lo, hi - lo)
+    return part if ranks[-1] - ranks[0] + 1 == len(ranks) else part.filter(pl.col("rank").is_in(ranks))
 
 
 def _kernels(a: Analysis) -> pl.DataFrame:
@@ -163,46 +165,51 @@ def _flows(kern: pl.DataFrame) -> pl.DataFrame:
         .when(pl.col("_o") == pl.col("_n") - 1).then(pl.lit("in")).otherwise(pl.lit("both")).alias("flow_role"))
 
 
-def _lanes(df: pl.DataFrame, key: str) -> tuple[pl.DataFrame, int]:
-    """A lane per slice so that no two slices of one lane overlap (longer first at equal starts)."""
-    rest = df.sort(key, "start_ns", pl.col("end_ns"), descending=[False, False, True])
+def _lanes(df: pl.DataFrame, key: str | list[str]) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """A lane per slice so that no two slices of one lane overlap (longer first at equal starts).
+
+    Returns the slices with ``lane`` and those left over beyond ``MAX_LANES`` (dropped)."""
+    keys = [key] if isinstance(key, str) else key
+    rest = df.sort([*keys, "start_ns", "end_ns"], descending=[*[False] * len(keys), False, True])
     out = []
-    for lane in range(MAX_LANES):
+    for lane in range(MAX_LANES):  # as many passes as the deepest overlap, each vectorized
         if rest.height == 0:
             break
-        prev = pl.col("end_ns").cum_max().shift(1).over(key)
+        prev = pl.col("end_ns").cum_max().shift(1).over(keys)
         ok = rest.select((prev.is_null() | (pl.col("start_ns") >= prev)).alias("ok"))["ok"]
         out.append(rest.filter(ok).with_columns(pl.lit(lane, dtype=pl.Int32).alias("lane")))
         rest = rest.filter(~ok)
-    return (pl.concat(out) if out else df.with_columns(pl.lit(0, dtype=pl.Int32).alias("lane"))), rest.height
+    return (pl.concat(out) if out else df.with_columns(pl.lit(0, dtype=pl.Int32).alias("lane"))), rest
 
 
-def _on_tracks(df: pl.DataFrame, key: str, label: str, extra: str = "overlap") -> tuple[pl.DataFrame, int]:
-    """Lanes -> named tracks; ``i`` numbers the slices of each track in time order."""
+def _on_tracks(df: pl.DataFrame, key: str, label: str, extra: str = "overlap") -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Lanes -> named tracks; ``i`` numbers the slices of each (rank, track) in time order."""
     if df.height == 0:
         return df.with_columns(pl.lit("", dtype=pl.Utf8).alias("track"), pl.lit(0, dtype=pl.Int64).alias("i"),
-                               pl.lit(0, dtype=pl.Int32).alias("lane")), 0
-    df, dropped = _lanes(df, key)
+                               pl.lit(0, dtype=pl.Int32).alias("lane")), df
+    df, rest = _lanes(df, ["rank", key])
     df = df.with_columns(
         pl.when(pl.col("lane") == 0).then(pl.format(f"{label} {{}}", key))
         .otherwise(pl.format(f"{label} {{}} ({extra} {{}})", key, "lane")).alias("track")
-    ).sort("track", "start_ns", "end_ns", descending=[False, False, True])
-    return df.with_columns(pl.int_range(pl.len()).over("track").cast(pl.Int64).alias("i")), dropped
+    ).sort("rank", "track", "start_ns", "end_ns", descending=[False, False, False, True])
+    return df.with_columns(pl.int_range(pl.len()).over("rank", "track").cast(pl.Int64).alias("i")), rest
 
 
-def rank_tables(a: Analysis, p: Plan, rank: int) -> RankTables:
-    off = p.offsets.get(rank, 0)
-    keep = p.keep.filter(pl.col("rank") == rank) if p.keep is not None else None
+def rank_tables(a: Analysis, p: Plan, ranks: tuple[int, ...]) -> list[RankTables]:
+    """The tables of a few ranks, computed together (vectorized over them), returned one rank each."""
+    ranks = tuple(sorted(ranks))
+    off = pl.col("rank").replace_strict(p.offsets, default=0, return_dtype=pl.Int64)
+    keep = p.keep.filter(pl.col("rank").is_in(ranks)) if p.keep is not None else None
 
     def aligned(df: pl.DataFrame) -> pl.DataFrame:
         # an end before its start (broken input) would break the nesting: such a row lasts 0 ns
         end = (pl.max_horizontal("start_ns", "end_ns") - off).alias("end_ns")
         return _kept(df.with_columns(pl.col("start_ns") - off, end), keep)
 
-    gpu = aligned(_rows(p.gpu, rank).filter(pl.col("kind") != "comm").select(
+    gpu_rows = _rows(p.gpu, ranks)
+    gpu = aligned(gpu_rows.filter(pl.col("kind") != "comm").select(
         "rank", "stream", "start_ns", "end_ns", "name", pl.col("kind").alias("cat")))
-    kern = _rows(p.kernels, rank)
-    comm = aligned(kern.select(
+    comm = aligned(_rows(p.kernels, ranks).select(
         "_k", "rank", "stream", "start_ns", "end_ns", "name", pl.lit("comm").alias("cat"),
         "wait_ns", "transfer_ns", "instance", "op", "pg", "seq", "step",
         pl.max_horizontal("in_bytes", "out_bytes").alias("bytes"),
@@ -216,36 +223,41 @@ def rank_tables(a: Analysis, p: Plan, rank: int) -> RankTables:
     split = kernels.filter(pl.col("wait_ns").is_not_null() & pl.col("transfer_ns").is_not_null())
     mid = pl.col("start_ns") + pl.col("wait_ns")
     children = pl.concat([
-        split.select("track", "i", pl.lit(1, dtype=pl.Int8).alias("pos"), "start_ns", mid.alias("end_ns"),
+        split.select("rank", "track", "i", pl.lit(1, dtype=pl.Int8).alias("pos"), "start_ns", mid.alias("end_ns"),
                      pl.lit("wait").alias("name"), pl.lit("comm.wait").alias("cat")),
-        split.select("track", "i", pl.lit(3, dtype=pl.Int8).alias("pos"), mid.alias("start_ns"), "end_ns",
+        split.select("rank", "track", "i", pl.lit(3, dtype=pl.Int8).alias("pos"), mid.alias("start_ns"), "end_ns",
                      pl.lit("transfer").alias("name"), pl.lit("comm.transfer").alias("cat")),
     ])
-    steps = _steps(a, _rows(p.steps, rank), off, keep)
-    parts = [kernels.drop("rank", "stream", "lane", "wait_ns", "transfer_ns"), children, steps]
+    steps = _steps(a, aligned(_rows(p.steps, ranks)))
+    parts = [kernels.drop("stream", "lane", "wait_ns", "transfer_ns"), children, steps]
     if p.sel.host:
-        host = aligned(_rows(p.cpu, rank).select(
+        host = aligned(_rows(p.cpu, ranks).select(
             "rank", "tid", "start_ns", "end_ns", "name", pl.format("host.{}", "kind").alias("cat")))
         host, d = _on_tracks(host, "tid", "thread", "level")  # nested host ranges: one track per level
-        dropped += d
-        parts.append(host.with_columns(pl.lit(0, dtype=pl.Int8).alias("pos")).drop("rank", "tid", "lane"))
+        dropped = pl.concat([dropped.select("rank"), d.select("rank")])
+        parts.append(host.with_columns(pl.lit(0, dtype=pl.Int8).alias("pos")).drop("tid", "lane"))
     slices = pl.concat(parts, how="diagonal_relaxed")
     counters = _counters(steps)
-    instants = _notes(a, rank, slices, p)
-    tracks = _tracks(slices, counters)
-    dev = _rows(p.gpu, rank)["device"].drop_nulls()
-    return RankTables(rank=rank, tracks=tracks, slices=slices, instants=instants, counters=counters, dropped=dropped,
-                      device=int(dev[0]) if dev.len() else None)
+    instants = _notes(a, p, ranks, slices)
+    tracks = _tracks(slices, counters, ranks)
+    devices = dict(gpu_rows.filter(pl.col("device").is_not_null()).group_by("rank")
+                   .agg(pl.col("device").first()).iter_rows())
+    lost = dict(dropped.group_by("rank").len().iter_rows()) if dropped.height else {}
+    by = [_by(df, ranks) for df in (tracks, slices, instants, counters)]
+    return [RankTables(rank=r, tracks=by[0][r], slices=by[1][r], instants=by[2][r], counters=by[3][r],
+                       dropped=int(lost.get(r, 0)), device=devices.get(r)) for r in ranks]
 
 
-def _steps(a: Analysis, st: pl.DataFrame, off: int, keep: pl.DataFrame | None) -> pl.DataFrame:
-    rank = int(st["rank"][0]) if st.height else -1
-    st = st.with_columns(pl.col("start_ns") - off, pl.col("end_ns") - off)
-    st = _kept(st, keep).sort("start_ns")
-    nums = a.steps.filter(pl.col("rank") == rank).select("step", *[pl.col(c).alias(ARG + c) for c in
-                                                  ("span_ms", "exposed_comm_ms", "wait_ms", "caused_wait_ms")])
-    return st.join(nums, on="step", how="left").select(
-        pl.lit("steps").alias("track"), pl.int_range(pl.len()).cast(pl.Int64).alias("i"),
+def _by(df: pl.DataFrame, ranks: tuple[int, ...]) -> dict[int, pl.DataFrame]:
+    parts = {int(k[0]): v for k, v in df.partition_by("rank", as_dict=True, maintain_order=True).items()}
+    return {r: parts.get(r, df.clear()) for r in ranks}
+
+
+def _steps(a: Analysis, st: pl.DataFrame) -> pl.DataFrame:
+    nums = a.steps.select("rank", "step", *[pl.col(c).alias(ARG + c) for c in
+                                            ("span_ms", "exposed_comm_ms", "wait_ms", "caused_wait_ms")])
+    return st.sort("rank", "start_ns").join(nums, on=["rank", "step"], how="left").select(
+        "rank", pl.lit("steps").alias("track"), pl.int_range(pl.len()).over("rank").cast(pl.Int64).alias("i"),
         pl.lit(0, dtype=pl.Int8).alias("pos"), "start_ns", "end_ns", pl.format("step {}", "step").alias("name"),
         pl.lit("step").alias("cat"), cs.starts_with(ARG), pl.col("step").alias(ARG + "step"),
     )
@@ -258,51 +270,54 @@ def _counters(steps: pl.DataFrame) -> pl.DataFrame:
     """Each step's value from its start, 0 from its end (the next step's value replaces it at once)."""
     out = []
     for name, col in COUNTERS:
-        v = steps.select("i", "start_ns", "end_ns", pl.col(col).fill_null(0.0).cast(pl.Float64).alias("value"))
-        out += [v.select(pl.lit(name).alias("track"), "i", pl.lit(0, dtype=pl.Int8).alias("pos"),
+        v = steps.select("rank", "i", "start_ns", "end_ns", pl.col(col).fill_null(0.0).cast(pl.Float64).alias("value"))
+        out += [v.select("rank", pl.lit(name).alias("track"), "i", pl.lit(0, dtype=pl.Int8).alias("pos"),
                          pl.col("start_ns").alias("ts"), "value"),
-                v.select(pl.lit(name).alias("track"), "i", pl.lit(KERNEL_END_POS, dtype=pl.Int8).alias("pos"),
+                v.select("rank", pl.lit(name).alias("track"), "i", pl.lit(KERNEL_END_POS, dtype=pl.Int8).alias("pos"),
                          pl.col("end_ns").alias("ts"), pl.lit(0.0).alias("value"))]
     return pl.concat(out)
 
 
-def _notes(a: Analysis, rank: int, slices: pl.DataFrame, p: Plan) -> pl.DataFrame:
-    """The rank's clock correction and its root-caused wait (and the verdict on the straggler itself)."""
-    ts = int(slices["start_ns"].min()) if slices.height else p.base_ns
+def _notes(a: Analysis, p: Plan, ranks: tuple[int, ...], slices: pl.DataFrame) -> pl.DataFrame:
+    """Each rank's clock correction and its root-caused wait (and the verdict on the straggler itself)."""
+    first = dict(slices.group_by("rank").agg(pl.col("start_ns").min()).iter_rows())
     fit = a.clock
     unc = fit.uncertainty_ns / 1e3 if fit.uncertainty_ns is not None else None
-    off_us = p.offsets.get(rank, 0) / 1e3
-    row = a.ranks.filter(pl.col("rank") == rank)
-    wait_col = "root_caused_wait_ms" if "root_caused_wait_ms" in a.ranks.columns else "caused_wait_ms"
-    caused = float(row[wait_col][0]) if row.height and row[wait_col][0] is not None else None
     unc_text = f" ±{unc:,.1f} us" if unc is not None else ""
-    rows = [
-        {"name": f"clock: {off_us:+,.3f} us subtracted ({fit.method}{unc_text}, reference rank {fit.reference})",
-         ARG + "clock_method": fit.method, ARG + "clock_offset_us": off_us, ARG + "clock_uncertainty_us": unc,
-         ARG + "clock_reference_rank": fit.reference},
-        {"name": f"{wait_col.removesuffix('_ms').replace('_', ' ')}: {caused or 0.0:,.3f} ms",
-         ARG + wait_col: caused,
-         ARG + "wait_ms": float(row["wait_ms"][0]) if row.height else None,
-         ARG + "exposed_comm_ms": float(row["exposed_comm_ms"][0]) if row.height else None},
-    ]
+    wait_col = "root_caused_wait_ms" if "root_caused_wait_ms" in a.ranks.columns else "caused_wait_ms"
+    per = {row["rank"]: row for row in a.ranks.filter(pl.col("rank").is_in(ranks)).to_dicts()}
     v = a.verdict
-    if v is not None and v.rank == rank:
-        rows.append({"name": f"straggler: rank {v.rank} ({v.kind})", ARG + "verdict_kind": v.kind,
-                     ARG + "caused_wait_ms": v.caused_wait_ns / 1e6, ARG + "confidence": v.confidence,
-                     ARG + "chronic": v.chronic})
-    return pl.DataFrame(rows).with_columns(pl.lit("commscope").alias("track"), pl.lit(ts, dtype=pl.Int64).alias("ts"))
+    rows = []
+    for r in ranks:  # a few strings per rank: presentation, not a metric
+        ts = first.get(r, p.base_ns)
+        row = per.get(r, {})
+        off_us = p.offsets.get(r, 0) / 1e3
+        caused = row.get(wait_col)
+        rows.append({"rank": r, "ts": ts, "name": f"clock: {off_us:+,.3f} us subtracted ({fit.method}{unc_text}, "
+                     f"reference rank {fit.reference})", ARG + "clock_method": fit.method,
+                     ARG + "clock_offset_us": off_us, ARG + "clock_uncertainty_us": unc,
+                     ARG + "clock_reference_rank": fit.reference})
+        rows.append({"rank": r, "ts": ts, "name": f"{wait_col.removesuffix('_ms').replace('_', ' ')}: "
+                     f"{caused or 0.0:,.3f} ms", ARG + wait_col: caused, ARG + "wait_ms": row.get("wait_ms"),
+                     ARG + "exposed_comm_ms": row.get("exposed_comm_ms")})
+        if v is not None and v.rank == r:
+            rows.append({"rank": r, "ts": ts, "name": f"straggler: rank {v.rank} ({v.kind})",
+                         ARG + "verdict_kind": v.kind, ARG + "caused_wait_ms": v.caused_wait_ns / 1e6,
+                         ARG + "confidence": v.confidence, ARG + "chronic": v.chronic})
+    return pl.DataFrame(rows, infer_schema_length=None).with_columns(
+        pl.col("rank").cast(pl.Int32), pl.col("ts").cast(pl.Int64), pl.lit("commscope").alias("track"))
 
 
-def _tracks(slices: pl.DataFrame, counters: pl.DataFrame) -> pl.DataFrame:
-    """Notes first, then steps, streams in number order, host threads, counters."""
-    names = slices.select("track").unique()
-    kind = (pl.when(pl.col("track") == "steps").then(1).when(pl.col("track").str.starts_with("stream")).then(2)
-            .otherwise(3))
-    num = pl.col("track").str.extract(r"(-?\d+)", 1).cast(pl.Int64, strict=False).fill_null(0)
-    order = names.with_columns(kind.alias("_g"), num.alias("_n")).sort("_g", "_n", "track")
+def _tracks(slices: pl.DataFrame, counters: pl.DataFrame, ranks: tuple[int, ...]) -> pl.DataFrame:
+    """Per rank: notes first, then steps, streams in number order, host threads, counters."""
+    notes = pl.DataFrame({"rank": list(ranks), "track": "commscope"}, schema={"rank": pl.Int32, "track": pl.Utf8})
     rows = pl.concat([
-        pl.DataFrame({"track": ["commscope"], "counter": [False]}),
-        order.select("track", pl.lit(False).alias("counter")),
-        counters.select("track").unique(maintain_order=True).with_columns(pl.lit(True).alias("counter")),
+        notes.with_columns(pl.lit(False).alias("counter")),
+        slices.select("rank", "track").unique().with_columns(pl.lit(False).alias("counter")),
+        counters.select("rank", "track").unique().with_columns(pl.lit(True).alias("counter")),
     ])
-    return rows.with_row_index("order")
+    group = (pl.when(pl.col("track") == "commscope").then(0).when(pl.col("track") == "steps").then(1)
+             .when(pl.col("track").str.starts_with("stream")).then(2).when(~pl.col("counter")).then(3).otherwise(4))
+    num = pl.col("track").str.extract(r"(-?\d+)", 1).cast(pl.Int64, strict=False).fill_null(0)
+    rows = rows.with_columns(group.alias("_g"), num.alias("_n")).sort("rank", "_g", "_n", "track")
+    return rows.select("rank", pl.int_range(pl.len()).over("rank").cast(pl.UInt32).alias("order"), "track", "counter")
