@@ -1,9 +1,9 @@
-"""The export's tables, one rank at a time: slices, instants and counters on the aligned clock.
+"""The export's tables: slices, instants and counters on the aligned clock, for a few ranks at a time.
 
-Pure and vectorized inside a rank; the writers (``perfetto.py``, ``chrome_json.py``) ask for one rank's
-tables, write them and drop them, so memory follows the largest rank, not the rank count. What needs the
-whole run (the time origin, which kernels a flow joins and in which order) is computed once in
-:func:`plan`, over the comm-kernel table only.
+Pure and vectorized over the ranks of a chunk (``CHUNK``); the writers (``perfetto.py``,
+``chrome_json.py``) take each rank's tables, write them and drop them, so memory follows the chunk,
+not the rank count. What needs the whole run (the time origin, which kernels a flow joins and in which
+order) is computed once in :func:`plan`, over the comm-kernel table only.
 
 Times: rank r's ``start_ns``/``end_ns`` minus ``round(offsets_ns[r])``, the rule ``align.apply`` uses for
 the analysis. A slice's ``i`` is its index on its track and ``pos`` its place in the nesting of a split
@@ -47,10 +47,10 @@ class Plan:
 @dataclass(frozen=True)
 class RankTables:
     rank: int
-    tracks: pl.DataFrame  # track, order, counter (bool)
-    slices: pl.DataFrame  # track, i, pos, start_ns, end_ns, name, cat, flow_id, flow_role, arg.*
-    instants: pl.DataFrame  # track, ts, name, arg.*
-    counters: pl.DataFrame  # track, i, pos, ts, value
+    tracks: pl.DataFrame  # rank, order, track, counter (bool)
+    slices: pl.DataFrame  # rank, track, i, pos, start_ns, end_ns, name, cat, flow_id, flow_role, arg.*
+    instants: pl.DataFrame  # rank, track, ts, name, arg.*
+    counters: pl.DataFrame  # rank, track, i, pos, ts, value
     dropped: int  # slices beyond MAX_LANES of overlap
     device: int | None  # the rank's GPU (device index of its kernels)
 
