@@ -154,13 +154,13 @@ def dashboard(paths: tuple[Path, ...], host: str, port: int, debug: bool, rank_m
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("-o", "--output", required=True, type=click.Path(path_type=Path, dir_okay=False),
               help="The trace file to write (e.g. job.pftrace).")
-@click.option("--format", "fmt", type=click.Choice(("pftrace", "json")), default="pftrace", show_default=True,
-              help="Perfetto protobuf, or Chrome JSON trace events.")
+@click.option("--format", "fmt", type=click.Choice(("pftrace", "json")),
+              help="Perfetto protobuf (default), or Chrome JSON trace events (default for -o *.json).")
 @click.option("--steps", "steps_sel", metavar="LIST", help="Only these steps, e.g. 3,5-7.")
 @click.option("--window", metavar="START:END", help="Only this window: ms on the aligned clock from the first GPU event.")
 @click.option("--host", "host_activity", is_flag=True, help="Also the host's launches and annotations.")
 @common_load_options
-def export(paths: tuple[Path, ...], output: Path, fmt: str, steps_sel: str | None, window: str | None,
+def export(paths: tuple[Path, ...], output: Path, fmt: str | None, steps_sel: str | None, window: str | None,
            host_activity: bool, rank_map: tuple[str, ...], step_marker: str | None, jobs: int | None,
            ranks: str | None, no_cache: bool) -> None:
     """One Perfetto trace of every rank on the aligned clock (--ranks picks what is written, not analyzed)."""

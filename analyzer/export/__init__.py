@@ -48,12 +48,13 @@ def command_line(a: Analysis, sel: Selection | None = None, output: str = "job.p
     return shlex.join(args)
 
 
-def run_export(paths: list[Path], output: Path, fmt: str, opts: LoadOptions, ranks: str | None = None,
+def run_export(paths: list[Path], output: Path, fmt: str | None, opts: LoadOptions, ranks: str | None = None,
                steps: str | None = None, window: str | None = None, host: bool = False) -> dict:
     """The ``export`` command: parse the selection (before the slow loading), analyze every rank, write.
 
-    A failed write leaves no partial file behind.
+    ``fmt`` None: JSON for ``*.json``, else Perfetto protobuf. A failed write leaves no partial file behind.
     """
+    fmt = fmt or ("json" if output.suffix == ".json" else "pftrace")
     from ..analysis import analyze
     from ..loader import load
 
