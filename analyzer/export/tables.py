@@ -23,7 +23,7 @@ from ..analysis import Analysis
 from ..errors import UsageError
 from .selection import Selection
 
-CHUNK = 32  # ranks computed together: vectorized over them, memory bounded by them
+CHUNK = 16  # ranks computed together: vectorized over them, memory bounded by them
 MAX_LANES = 64  # overlapping slices of one stream/thread go to extra lanes; deeper overlap is dropped
 KERNEL_END_POS = 5
 ARG = "arg."  # columns with this prefix become a slice's arguments
