@@ -36,6 +36,7 @@ class Analysis:
     graph: graph.Graph | None = None  # cross-rank dependency graph (blame, critical path, replay read it)
     critical_path: pl.DataFrame | None = None  # step, rank, compute/exposed_transfer/wait/host_idle (ns)
     whatif: whatif.WhatIf | None = None  # replay and what-if scenarios
+    kernels: pl.DataFrame | None = None  # waits.per_row: every comm kernel, its instance, wait_ns, transfer_ns (export)
 
 
 def _ms(cols: list[str]) -> list[pl.Expr]:
@@ -132,7 +133,7 @@ def analyze(ts: TraceSet, dims: dimensions.Options | None = None, busbw: dict[st
     return Analysis(
         source=source, ranks=rank_df, steps=step_df, collectives=coll_df, bandwidth=bw, ranking=order,
         verdict=found[0] if found else None, roots=tuple(found), blame=roots_of, clock=fit, matching=matching,
-        warnings=tuple(warnings), traces=ts, graph=dep, critical_path=cpath, whatif=replayed,
+        warnings=tuple(warnings), traces=ts, graph=dep, critical_path=cpath, whatif=replayed, kernels=rows,
         process_groups=groups, dimensions=dim_df, pipeline=pipe, experts=experts.analyze(drows),
     )
 

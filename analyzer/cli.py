@@ -178,6 +178,33 @@ def dashboard(paths: tuple[Path, ...], host: str, port: int, debug: bool, rank_m
 
 
 @main.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("-o", "--output", required=True, type=click.Path(path_type=Path, dir_okay=False),
+              help="The trace file to write (e.g. job.pftrace).")
+@click.option("--format", "fmt", type=click.Choice(("pftrace", "json")),
+              help="Perfetto protobuf (default), or Chrome JSON trace events (default for -o *.json).")
+@click.option("--steps", "steps_sel", metavar="LIST", help="Only these steps, e.g. 3,5-7.")
+@click.option("--window", metavar="START:END", help="Only this window: ms on the aligned clock from the first GPU event.")
+@click.option("--host", "host_activity", is_flag=True, help="Also the host's launches and annotations.")
+@common_load_options
+def export(paths: tuple[Path, ...], output: Path, fmt: str | None, steps_sel: str | None, window: str | None,
+           host_activity: bool, rank_map: tuple[str, ...], step_marker: str | None, jobs: int | None,
+           ranks: str | None, no_cache: bool) -> None:
+    """One Perfetto trace of every rank on the aligned clock (--ranks picks what is written, not analyzed)."""
+
+    def run() -> None:
+        start_workers(paths, jobs)
+        from .export import run_export
+
+        n = run_export(list(paths), output, fmt, load_options(rank_map, step_marker, jobs, None, no_cache),
+                       ranks=ranks, steps=steps_sel, window=window, host=host_activity)
+        dropped = f"; {n['dropped']} slices overlapping beyond {n['max_lanes']} lanes left out" if n["dropped"] else ""
+        click.echo(f"wrote {output}: {n['ranks']} ranks, {n['slices']} slices{dropped}", err=True)
+
+    _guard(run)
+
+
+@main.command()
 @click.argument("base", type=click.Path(path_type=Path))
 @click.argument("new", type=click.Path(path_type=Path))
 @click.option("--fail-on", multiple=True, metavar="METRIC=+N%",

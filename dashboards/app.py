@@ -6,7 +6,7 @@ import dash
 
 from analyzer.analysis import Analysis
 
-from . import callbacks, layout
+from . import callbacks, export, layout
 
 
 def create_app(analysis: Analysis) -> dash.Dash:
@@ -20,6 +20,7 @@ def create_app(analysis: Analysis) -> dash.Dash:
     )
     app.layout = layout.build_layout(analysis)
     callbacks.register(app, analysis)
+    export.register(app, analysis)
     return app
 
 

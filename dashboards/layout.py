@@ -12,7 +12,7 @@ from dash.dash_table.Format import Format, Scheme
 from analyzer.analysis import Analysis
 from analyzer.report.verdict import headline
 
-from . import critical, dimensions, figures, pipeline
+from . import critical, dimensions, export, figures, pipeline
 
 # (id, header, ranks column): the KPI table; ids double as the JSON ``ranks[]`` keys except step time
 KPI_COLUMNS = (
@@ -102,7 +102,8 @@ def build_layout(a: Analysis) -> html.Div:
                                             "padding": "6px 10px", "border": "1px solid #eee", "marginTop": "8px"},
                  children=[html.Span("No selection: click a rank, step or collective.", id="selection-text"),
                            html.Button("clear selection", id="clear-selection", n_clicks=0,
-                                       style={"marginLeft": "16px"})]),
+                                       style={"marginLeft": "16px"}),
+                           export.section(a)]),
         _section("Ranks", dash_table.DataTable(
             id="kpi-table", columns=kpi_columns, data=kpi_rows(a), sort_action="native", page_action="none",
             style_table=TABLE_STYLE, style_cell=CELL_STYLE, fixed_rows={"headers": True},

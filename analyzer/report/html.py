@@ -77,5 +77,9 @@ def render(a: Analysis) -> str:
     if a.warnings:
         parts.append("<h2>Warnings</h2><ul>" + "".join(f'<li class="warn">{esc(w)}</li>' for w in a.warnings)
                      + "</ul>")
+    from ..export import command_line  # a full trace is too big to embed: the command that writes it
+
+    parts.append('<h2>Merged Perfetto trace</h2><p>Every rank on the aligned clock, for https://ui.perfetto.dev: '
+                 f"<code>{esc(command_line(a))}</code></p>")
     parts.append('<p class="muted">Paths: ' + esc(", ".join(str(p) for p in src.get("paths", []))) + "</p>")
     return page("commscope report", "\n".join(parts))

@@ -1,0 +1,44 @@
+"""What to export: ranks, steps, an aligned time window, host activity; parsed from the command line."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import UsageError
+
+
+@dataclass(frozen=True)
+class Selection:
+    ranks: tuple[int, ...] | None = None  # None: every rank
+    steps: tuple[int, ...] | None = None  # None: the whole captured window
+    window_ms: tuple[float, float] | None = None  # ms on the aligned clock from the run's first GPU event
+    host: bool = False  # host launches and annotations too
+
+
+def parse_list(value: str | None, what: str) -> tuple[int, ...] | None:
+    """``"0,2,4-7"`` -> (0, 2, 4, 5, 6, 7)."""
+    if not value:
+        return None
+    out: list[int] = []
+    for part in value.split(","):
+        a, _, b = part.strip().partition("-")
+        try:
+            out.extend(range(int(a), int(b) + 1) if b else [int(a)])
+        except ValueError:
+            raise UsageError(f"--{what} {value!r}: expected numbers like 0,2,4-7") from None
+    return tuple(sorted(set(out)))
+
+
+def parse_window(value: str | None) -> tuple[float, float] | None:
+    """``"START:END"`` in ms (either side may be empty: open)."""
+    if not value:
+        return None
+    a, sep, b = value.partition(":")
+    try:
+        lo = float(a) if a.strip() else float("-inf")
+        hi = float(b) if b.strip() else float("inf")
+    except ValueError:
+        lo = hi = float("nan")
+    if not sep or lo != lo or hi != hi or hi <= lo:
+        raise UsageError(f"--window {value!r}: expected START:END in ms with START < END, e.g. 120:180")
+    return lo, hi

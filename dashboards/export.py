@@ -1,0 +1,80 @@
+"""The export panel: the current selection as a Perfetto (or Chrome JSON) trace download.
+
+A rank selected exports that rank, a step that step on every rank, a collective its participants over
+its step. The trace is written in memory from the app's Analysis (nothing is read from disk per
+request) and the equivalent ``commscope export`` command is shown beside the button.
+"""
+
+from __future__ import annotations
+
+import io
+
+import dash
+import polars as pl
+from dash import Input, Output, State, dcc, html, no_update
+
+from analyzer.analysis import Analysis
+from analyzer.errors import CommscopeError
+from analyzer.export import Selection, command_line, write_trace
+
+SUFFIX = {"pftrace": "pftrace", "json": "json"}
+
+
+def selection_of(a: Analysis, sel: dict | None) -> Selection:
+    """The dashboard's selection store -> what to export (unknown ranks/steps/collectives are ignored)."""
+    sel = sel or {}
+    ranks = {int(r) for r in a.source["ranks"]}
+    steps = set(a.steps["step"].to_list()) if a.steps.height else set()
+    rank, step, coll = sel.get("rank"), sel.get("step"), sel.get("collective")
+    out_ranks = (rank,) if rank in ranks else None
+    out_steps = (step,) if step in steps else None
+    if isinstance(coll, dict):
+        row = a.collectives.filter((pl.col("pg") == str(coll.get("pg"))) & (pl.col("seq") == coll.get("seq")))
+        if row.height:
+            out_ranks = tuple(sorted(int(r) for r in row["ranks"][0] if int(r) in ranks)) or out_ranks
+            out_steps = (row["step"][0],) if row["step"][0] in steps else out_steps
+    return Selection(ranks=out_ranks, steps=out_steps)
+
+
+def filename(sel: Selection, fmt: str) -> str:
+    parts = ["commscope"]
+    if sel.ranks is not None:
+        parts.append("ranks" + "-".join(map(str, sel.ranks)) if len(sel.ranks) <= 8 else f"{len(sel.ranks)}ranks")
+    if sel.steps is not None:
+        parts.append("step" + "-".join(map(str, sel.steps)))
+    return "_".join(parts) + "." + SUFFIX[fmt]
+
+
+def section(a: Analysis) -> html.Span:
+    return html.Span(style={"marginLeft": "16px"}, children=[
+        html.Button("download Perfetto trace", id="export-button", n_clicks=0),
+        dcc.RadioItems(id="export-format", value="pftrace", inline=True, style={"display": "inline-block"},
+                       options=[{"label": " .pftrace ", "value": "pftrace"}, {"label": " JSON", "value": "json"}]),
+        html.Code(command_line(a), id="export-command", style={"marginLeft": "12px", "fontSize": "12px"}),
+        dcc.Download(id="export-download"),
+    ])
+
+
+def trace_bytes(a: Analysis, sel: Selection, fmt: str) -> bytes:
+    buf = io.BytesIO()
+    write_trace(a, sel, buf, fmt)
+    return buf.getvalue()
+
+
+def register(app: dash.Dash, a: Analysis) -> None:
+    @app.callback(Output("export-command", "children"), Input("selection", "data"), Input("export-format", "value"))
+    def command(sel, fmt):
+        fmt = fmt if fmt in SUFFIX else "pftrace"
+        s = selection_of(a, sel)
+        return command_line(a, s, filename(s, fmt)) + ("" if fmt == "pftrace" else " --format json")
+
+    @app.callback(Output("export-download", "data"), Input("export-button", "n_clicks"),
+                  State("selection", "data"), State("export-format", "value"), prevent_initial_call=True)
+    def download(_n, sel, fmt):
+        fmt = fmt if fmt in SUFFIX else "pftrace"
+        s = selection_of(a, sel)
+        try:
+            data = trace_bytes(a, s, fmt)
+        except CommscopeError:
+            return no_update
+        return dcc.send_bytes(data, filename(s, fmt))
