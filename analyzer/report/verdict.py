@@ -11,21 +11,45 @@ def _ms(x: float | None) -> str:
     return "n/a" if x is None else f"{x:,.1f} ms"
 
 
-def chain_text(v: Verdict) -> str:
-    """How the root's delay spread, e.g. 'rank 9 delayed 10 ranks directly (pg 3, 10); through ranks 8, 10-11,
-    that delayed 28 more (3 groups of pg 9, 11, 12).'"""
+_DIM_NAMES = {"tp": "tensor-parallel", "dp": "data-parallel", "pp": "pipeline", "ep": "expert-parallel",
+              "cp": "context-parallel", "fsdp": "FSDP", "world": "world"}
+
+
+def _groups(pgs: tuple[str, ...], dims: dict[str, str]) -> str:
+    """'its tensor-parallel group pg 3 and data-parallel group pg 10' style names, else the pg numbers."""
+    named = {}
+    for pg in pgs:
+        named.setdefault(_DIM_NAMES.get(dims.get(pg, ""), ""), []).append(pg)
+    parts = []
+    for dim, members in named.items():
+        shown = ", ".join(members[:6]) + (", ..." if len(members) > 6 else "")
+        parts.append(f"{dim + ' ' if dim else ''}group{'s' if len(members) > 1 else ''} pg {shown}")
+    return " and ".join(parts)
+
+
+def chain_text(v: Verdict, dims: dict[str, str] | None = None) -> str:
+    """How the root's delay spread, e.g. 'Rank 9 delayed 10 ranks directly (its tensor-parallel group pg 3 and
+    data-parallel group pg 10); through ranks 8, 10-11, which it had held up, 21 more waited (3 data-parallel
+    groups pg 9, 11, 12).' ``dims``: pg -> dimension, when known."""
+    dims = dims or {}
     direct = [c for c in v.chain if not c.via]
     hops = [c for c in v.chain if c.via]
     if not direct:
         return ""
     d = direct[0]
-    text = f"Rank {v.rank} delayed {d.peers} rank{'s' if d.peers != 1 else ''} directly (pg {', '.join(d.pg)})"
+    text = f"Rank {v.rank} delayed {d.peers} rank{'s' if d.peers != 1 else ''} directly (its {_groups(d.pg, dims)})"
     if hops:
         h = hops[0]
         text += (f"; through rank{'s' if len(h.via) > 1 else ''} {compact(h.via)}, which it had held up, "
-                 f"{h.peers} more waited ({h.groups} group{'s' if h.groups != 1 else ''}: pg {', '.join(h.pg[:8])}"
-                 f"{', ...' if len(h.pg) > 8 else ''})")
+                 f"{h.peers} more waited ({h.groups} {_groups(h.pg, dims)})")
     return text + "."
+
+
+def _pg_dimensions(a: Analysis) -> dict[str, str]:
+    pgs = a.process_groups
+    if pgs is None or pgs.height == 0:
+        return {}
+    return {str(pg): str(dim) for pg, dim in pgs.select("pg", "dimension").iter_rows() if dim not in (None, "unknown")}
 
 
 def headline(a: Analysis) -> list[str]:
@@ -43,7 +67,7 @@ def headline(a: Analysis) -> list[str]:
         steps = f" over {v.steps_last} of {v.steps_seen} steps" if v.steps_seen else ""
         lines.append(f"Straggler: rank {v.rank} is the root of {v.root_caused_wait_ns / 1e6:,.1f} ms of the others' "
                      f"wait{steps} ({cause}; {pattern}).")
-        hops = chain_text(v)
+        hops = chain_text(v, _pg_dimensions(a))
         if hops:
             lines.append(hops)
         for extra in a.roots[1:]:
