@@ -22,7 +22,7 @@ from . import Reader, reader_for
 from .discover import TraceFile
 from .options import ReadOptions
 
-PARSER_VERSION = "3"  # bump when a reader's tables change: old entries are then ignored
+PARSER_VERSION = "4"  # bump when a reader's tables change: old entries are then ignored
 _TABLES = ("gpu", "cpu", "comm_calls", "steps")
 
 
