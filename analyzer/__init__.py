@@ -1,3 +1,49 @@
-"""commscope: find where communication holds back distributed training and inference."""
+"""commscope: find where communication holds back distributed training and inference.
+
+``analyzer.analyze(path)`` is the library entry point for notebooks and scripts. This module imports
+nothing heavy (parse workers import the package): the work is imported when ``analyze`` is called.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from os import PathLike
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .analysis import Analysis
 
 __version__ = "0.1.0"
+
+
+def analyze(*paths: str | PathLike[str], ranks: Iterable[int] | None = None, step_marker: str | None = None,
+            jobs: int | None = None, cache: bool = True, rank_map: dict[str, int] | None = None) -> Analysis:
+    """Analyze trace files or folders of ranks: the same ``Analysis`` that ``commscope analyze`` renders.
+
+    Its tables (``ranks``, ``steps``, ``collectives``, ``bandwidth``, ``ranking``) are Polars DataFrames with the
+    columns of the JSON report (times in ms); ``verdict``, ``clock``, ``matching``, ``warnings`` and ``source`` are
+    the rest of it. Keywords match the CLI options: ``ranks`` (keep only these), ``step_marker`` (a regular
+    expression for step annotations), ``jobs`` (worker processes; default: the cores), ``cache`` (the Parquet
+    cache), ``rank_map`` (file name -> rank). Bad input raises ``analyzer.errors.CommscopeError``.
+    """
+    from pathlib import Path
+
+    from .analysis import analyze as run_analysis
+    from .errors import UsageError
+    from .loader import LoadOptions, load
+
+    if not paths:
+        raise UsageError("analyze() needs at least one trace file or folder")
+    if step_marker:
+        import re
+
+        try:
+            re.compile(step_marker)
+        except re.error as exc:
+            raise UsageError(f"step_marker {step_marker!r}: {exc}") from None
+    opts = LoadOptions(rank_map=dict(rank_map or {}), step_marker=step_marker, jobs=jobs,
+                       ranks=tuple(int(r) for r in ranks) if ranks is not None else None, cache=cache)
+    return run_analysis(load([Path(p) for p in paths], opts))
+
+
+__all__ = ["analyze", "__version__"]

@@ -113,6 +113,7 @@ def main() -> None:
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True)
 @click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), help="Write the report here.")
 @click.option("--steps", "show_steps", is_flag=True, help="Also list every step (text format).")
+@click.option("--wide", is_flag=True, help="Every per-rank and per-step column (text format; may exceed the terminal).")
 @click.option("--scheduler", metavar="ADDRESS",
               help="Parse ranks on this Dask scheduler (tcp://host:8786); the cache dir must be shared storage.")
 @click.option("--whatif", "whatif_specs", multiple=True, metavar="busbw:OP=GBPS",
@@ -121,7 +122,8 @@ def main() -> None:
 @dimension_options
 def analyze(paths: tuple[Path, ...], fmt: str, output: Path | None, show_steps: bool, scheduler: str | None,
             whatif_specs: tuple[str, ...], rank_map: tuple[str, ...], step_marker: str | None, jobs: int | None,
-            ranks: str | None, no_cache: bool, layout: str | None, layout_order: str | None, gpus_per_host: int) -> None:
+            ranks: str | None, no_cache: bool, layout: str | None, layout_order: str | None, gpus_per_host: int,
+            wide: bool) -> None:
     """Analyze traces (files or folders of ranks): overlap, exposed communication, waits, stragglers."""
 
     def run() -> None:
@@ -140,7 +142,7 @@ def analyze(paths: tuple[Path, ...], fmt: str, output: Path | None, show_steps: 
 
             opts = replace(opts, scheduler=scheduler)
         result = run_analysis(load(list(paths), opts), dims, busbw=busbw)
-        text = render(result, fmt, show_steps=show_steps)
+        text = render(result, fmt, show_steps=show_steps, wide=wide)
         if output:
             output.write_text(text, encoding="utf-8")
             click.echo(f"wrote {output}", err=True)

@@ -19,6 +19,7 @@ import polars as pl
 
 from . import collectives
 from .errors import CommscopeError, TraceError, UsageError
+from .hygiene import drop_invalid_gpu
 from .ingest import ReadOptions, reader_for
 from .ingest.discover import TraceFile, discover
 from .model import (
@@ -129,6 +130,8 @@ def load(paths: list[Path], options: LoadOptions | None = None) -> TraceSet:
             skipped.append(res)
         else:
             traces.extend(res)
+    traces, invalid, dropped = drop_invalid_gpu(traces)
+    skipped += invalid
     if not traces:
         if len(skipped) == 1:
             raise TraceError(skipped[0].path, skipped[0].reason.split(": ", 1)[-1])
@@ -138,7 +141,7 @@ def load(paths: list[Path], options: LoadOptions | None = None) -> TraceSet:
         traces = [t for t in traces if t.meta.rank in options.ranks]
         if not traces:
             raise UsageError(f"none of the requested ranks {list(options.ranks)} is in the traces")
-    warnings += [f"skipped {s.path}: {s.reason}" for s in skipped]
+    warnings += dropped + [f"skipped {s.path}: {s.reason}" for s in skipped]
     return assemble(traces, skipped, warnings, options.step_marker)
 
 

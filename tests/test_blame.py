@@ -160,3 +160,13 @@ def test_a_real_straggler_stands_out_of_ring_position_lateness(tmp_path: Path, s
     assert v is not None and (v.rank, v.kind) == (6, "host")
     share = v.root_caused_wait_ns / float(a.ranking["root_caused_wait_ns"].sum())
     assert share < 0.8  # the background is a large part of all wait: a fixed-share rule would be fragile here
+
+
+@pytest.mark.parametrize(("k", "n", "p"), [(5, 5, 0.5), (3, 20, 0.1), (1, 4, 0.25), (7, 9, 0.3), (0, 5, 0.2)])
+def test_binomial_tail_is_scipys_binomtest(k: int, n: int, p: float) -> None:
+    from scipy.stats import binomtest
+
+    from analyzer.metrics.stragglers import binom_sf
+
+    want = binomtest(k, n, p, alternative="greater").pvalue if k > 0 else 1.0
+    assert binom_sf(k, n, p) == pytest.approx(want, rel=1e-12)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import TraceError, UsageError
-from .source import GZIP_MAGIC, SQLITE_MAGIC, head
+from .source import GZIP_MAGIC, SQLITE_MAGIC, head, refuse_special, strip_bom
 
 _TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".nsys-rep", ".gz")
 _RANK_PATTERNS = (
@@ -43,6 +43,7 @@ def sniff(path: Path) -> str | None:
     text = _peek_text(path, start)
     if text is None:
         return None
+    text = strip_bom(text)
     if text.lstrip()[:1] == b"{" and any(k in text for k in (b'"traceEvents"', b'"schemaVersion"', b'"ph"')):
         return "kineto"
     return None
@@ -68,7 +69,9 @@ def discover(paths: list[Path]) -> list[TraceFile]:
     for p in paths:
         if not p.exists():
             raise TraceError(p, "does not exist", "check the path")
+        refuse_special(p)  # a FIFO named x.json would block the first read forever
         if p.is_dir():
+            # is_file(): FIFOs, sockets and devices in a folder are not trace files and are never opened
             for child in sorted(c for c in p.rglob("*") if c.is_file() and c.name.endswith(_TRACE_SUFFIXES)):
                 fmt = sniff(child)
                 if fmt:

@@ -34,7 +34,7 @@ from .kineto_scan import scan_select
 from .kineto_tables import _as_int, _number_times, _text_times
 from .kineto_tables import dtype_size as dtype_size  # re-exported: callers import it from here
 from .options import ReadOptions
-from .source import GZIP_MAGIC, read_bytes
+from .source import GZIP_MAGIC, UTF8_BOM, nonfinite_as_null, read_bytes, strip_bom
 
 try:  # igzip inflates ~2-3x faster than zlib; optional
     from isal import isal_zlib as _fast_zlib
@@ -60,6 +60,9 @@ def _decode_with(decoder: msgspec.json.Decoder, data: Buffer, path: Path) -> Any
             ) from None
         raise TraceError(path, f"is not a valid Kineto trace ({exc})", "re-export the trace") from None
     except (msgspec.DecodeError, UnicodeDecodeError) as exc:
+        fixed = nonfinite_as_null(data) if isinstance(exc, msgspec.DecodeError) else None
+        if fixed is not None:  # NaN/Infinity timestamps (Python-written traces): read as null, dropped and counted
+            return _decode_with(decoder, fixed, path)
         raise TraceError(
             path, f"is not valid JSON, possibly truncated ({exc})", "copy the file again or re-export it"
         ) from None
@@ -71,7 +74,10 @@ def _file_bytes(path: Path) -> Buffer:
     the error."""
     try:
         with open(path, "rb") as fh:
-            if fh.read(2) != GZIP_MAGIC:
+            first = fh.read(3)
+            if first == UTF8_BOM:
+                return read_bytes(path)  # rare: a copy without the mark
+            if first[:2] != GZIP_MAGIC:
                 return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
             if _fast_zlib is not None:
                 fh.seek(0)
@@ -85,7 +91,7 @@ def _file_bytes(path: Path) -> Buffer:
                     data = d.unused_data
                 data = b"".join(out)
                 if data:
-                    return data
+                    return strip_bom(data)
     except Exception:  # noqa: BLE001 - any trouble (empty file: mmap refuses): read_bytes words the error
         pass
     return read_bytes(path)

@@ -74,17 +74,17 @@ class _NeedsText(Exception):
     """A timestamp the number path cannot convert exactly."""
 
 
-_Times = Callable[[list[Any], list[Any]], tuple[pl.Series, pl.Series]]
+_Times = Callable[..., tuple[pl.Series, pl.Series]]  # (ts, dur, fill_dur=True) -> (start_ns, end_ns)
 
 
 def _int_series(values: list[Any]) -> pl.Series:
     return pl.Series(values, dtype=pl.Int64, strict=False)
 
 
-def _text_times(ts: list[msgspec.Raw], dur: list[msgspec.Raw]) -> tuple[pl.Series, pl.Series]:
+def _text_times(ts: list[msgspec.Raw], dur: list[msgspec.Raw], fill_dur: bool = True) -> tuple[pl.Series, pl.Series]:
     start = us_text_to_ns(pl.Series([bytes(t) for t in ts], dtype=pl.Binary))
-    length = us_text_to_ns(pl.Series([bytes(d) for d in dur], dtype=pl.Binary)).fill_null(0)
-    return start, start + length
+    length = us_text_to_ns(pl.Series([bytes(d) for d in dur], dtype=pl.Binary))
+    return start, start + (length.fill_null(0) if fill_dur else length)
 
 
 def _numbers(values: list[Any]) -> pl.Series:
@@ -96,16 +96,17 @@ def _numbers(values: list[Any]) -> pl.Series:
     return out
 
 
-def _number_times(ts: list[Any], dur: list[Any]) -> tuple[pl.Series, pl.Series]:
+def _number_times(ts: list[Any], dur: list[Any], fill_dur: bool = True) -> tuple[pl.Series, pl.Series]:
     start = _numbers(ts)
-    length = _numbers(dur).fill_null(0)
-    return start, start + length
+    length = _numbers(dur)
+    return start, start + (length.fill_null(0) if fill_dur else length)
 
 
 def _gpu_table(sel: list[Any], rank: int, times: _Times) -> pl.DataFrame:
     if not sel:
         return conform(pl.DataFrame(), GPU_SCHEMA)
-    start, end = times([e.ts for e in sel], [e.dur for e in sel])
+    # no valid ts/dur: null start/end, which the loader drops and counts (one rule for every format)
+    start, end = times([e.ts for e in sel], [e.dur for e in sel], False)
     args = [e.args or _NO_ARGS for e in sel]
     df = pl.DataFrame(
         {
@@ -118,9 +119,7 @@ def _gpu_table(sel: list[Any], rank: int, times: _Times) -> pl.DataFrame:
             "correlation": _int_series([a.correlation for a in args]),
         }
     )
-    df = df.filter(pl.col("start_ns").is_not_null()).with_columns(
-        pl.lit(rank).alias("rank"), gpu_kind(pl.col("cat"), pl.col("name")).alias("kind")
-    )
+    df = df.with_columns(pl.lit(rank).alias("rank"), gpu_kind(pl.col("cat"), pl.col("name")).alias("kind"))
     return conform(df, GPU_SCHEMA).sort("start_ns")
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..analysis import Analysis
 
 
-def render(a: Analysis, fmt: str, show_steps: bool = False) -> str:
+def render(a: Analysis, fmt: str, show_steps: bool = False, wide: bool = False) -> str:
     if fmt == "json":
         from . import json
 
@@ -13,7 +13,7 @@ def render(a: Analysis, fmt: str, show_steps: bool = False) -> str:
     if fmt == "text":
         from . import text
 
-        return text.render(a, show_steps=show_steps)
+        return text.render(a, show_steps=show_steps, wide=wide)
     if fmt == "markdown":
         from . import markdown
 

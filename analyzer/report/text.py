@@ -1,14 +1,15 @@
-"""Terminal report (rich): verdict first, then per-rank table, top collectives, warnings."""
+"""Terminal report (rich): verdict first, then per-rank table, top collectives, warnings; fits the terminal."""
 
 from __future__ import annotations
 
 import io
+import shutil
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
 from ..analysis import Analysis
-from .dimensions import COLUMNS as DIM_COLUMNS
 from .dimensions import summary as dim_summary
 from .verdict import headline
 from .whatif import sentence as whatif_sentence
@@ -23,9 +24,37 @@ def _f(x: object, digits: int = 1) -> str:
     return str(x)
 
 
-def render(a: Analysis, width: int = 140, color: bool = False, show_steps: bool = False) -> str:
+# (column, header); times are ms (said in the table title), so headers stay short and never truncate
+RANK_COLUMNS = [("rank", "rank"), ("step_time_mean_ms", "step"), ("compute_ms", "compute"), ("comm_ms", "comm"),
+                ("overlap_pct", "overlap %"), ("exposed_comm_ms", "exposed"), ("exposed_wait_ms", "exposed wait"),
+                ("idle_ms", "idle"), ("caused_wait_ms", "caused wait")]
+RANK_COLUMNS_WIDE = [("rank", "rank"), ("steps", "steps"), ("step_time_mean_ms", "step"), ("compute_ms", "compute"),
+                     ("comm_ms", "comm"), ("overlap_pct", "overlap %"), ("exposed_comm_ms", "exposed"),
+                     ("exposed_wait_ms", "exposed wait"), ("exposed_transfer_ms", "exposed transfer"),
+                     ("idle_ms", "idle"), ("wait_ms", "wait"), ("caused_wait_ms", "caused wait"),
+                     ("last_arrival_pct", "last arrival %")]
+STEP_COLUMNS = [("rank", "rank"), ("step", "step"), ("span_ms", "span"), ("compute_ms", "compute"), ("comm_ms", "comm"),
+                ("exposed_comm_ms", "exposed"), ("exposed_wait_ms", "exposed wait"), ("idle_ms", "idle"),
+                ("caused_wait_ms", "caused wait")]
+STEP_COLUMNS_WIDE = [*STEP_COLUMNS[:6], ("exposed_wait_ms", "exposed wait"), ("exposed_transfer_ms", "exposed transfer"),
+                     ("idle_ms", "idle"), ("wait_ms", "wait"), ("caused_wait_ms", "caused wait")]
+LEGEND = ("exposed: communication not hidden by compute; exposed wait: the part of it spent waiting for a late "
+          "peer; caused wait: the others' wait in collectives this rank arrived at last. --wide shows every column.")
+WIDE_TABLES = 1000  # --wide: tables take the width they need; the prose still wraps at the terminal
+
+
+def terminal_width() -> int:
+    """$COLUMNS, else the terminal's width, else 100 (output to a pipe or file)."""
+    return max(40, shutil.get_terminal_size((100, 24)).columns)
+
+
+def render(a: Analysis, width: int | None = None, color: bool = False, show_steps: bool = False,
+           wide: bool = False) -> str:
+    width = width or terminal_width()
     buf = io.StringIO()
     con = Console(file=buf, width=width, force_terminal=color, no_color=not color, highlight=False)
+    # --wide: tables take the width they need (a console clamps each print to its own width)
+    tcon = Console(file=buf, width=WIDE_TABLES, force_terminal=color, no_color=not color) if wide else con
     src = a.source
     con.print(f"[bold]commscope[/bold]  {src['format']}  {len(src['ranks'])} rank(s)"
               + (f" of {src['world_size']}" if src.get("world_size") else ""))
@@ -34,53 +63,57 @@ def render(a: Analysis, width: int = 140, color: bool = False, show_steps: bool 
     if lead := whatif_sentence(a):
         con.print(lead)
     con.print()
-    rank_cols = [("rank", "rank"), ("steps", "steps"), ("step_time_mean_ms", "step ms"), ("compute_ms", "compute ms"),
-                 ("comm_ms", "comm ms"), ("overlap_pct", "overlap %"), ("exposed_comm_ms", "exposed ms"),
-                 ("exposed_wait_ms", "  of it wait"), ("exposed_transfer_ms", "  transfer"), ("idle_ms", "idle ms"),
-                 ("wait_ms", "wait ms"), ("caused_wait_ms", "caused ms"), ("last_arrival_pct", "last %")]
-    con.print(_table("Per rank (whole captured window; step time over profiled steps)", rank_cols, a.ranks.to_dicts()))
+    tcon.print(_table("Per rank, ms (whole captured window; step: mean over the profiled steps)",
+                      RANK_COLUMNS_WIDE if wide else RANK_COLUMNS, a.ranks.to_dicts()))
+    if not wide:
+        con.print(LEGEND, style="dim")
     if show_steps and a.steps.height:
-        step_cols = [("rank", "rank"), ("step", "step"), ("span_ms", "span ms"), ("compute_ms", "compute ms"),
-                     ("comm_ms", "comm ms"), ("exposed_comm_ms", "exposed ms"), ("exposed_wait_ms", "  of it wait"),
-                     ("idle_ms", "idle ms"), ("wait_ms", "wait ms"), ("caused_wait_ms", "caused ms")]
-        con.print(_table("Per step", step_cols, a.steps.to_dicts()))
+        con.print()
+        tcon.print(_table("Per step, ms", STEP_COLUMNS_WIDE if wide else STEP_COLUMNS, a.steps.to_dicts()))
     dims = dim_summary(a)
     if dims:
-        con.print(_table("Per parallelism dimension (mean per participating rank)", [(k, h) for k, h, _ in DIM_COLUMNS],
-                         dims))
+        con.print()
+        tcon.print(_table("Per parallelism dimension, ms (mean per participating rank; root-caused: all ranks)",
+                          DIM_TEXT_COLUMNS, dims))
+        decided = sorted({f"{d['dimension']}: {d['source']}" for d in dims})
+        con.print("dimension decided by " + "; ".join(decided), style="dim")
     if a.pipeline is not None:
         p = a.pipeline
-        pcols = [("stage", "stage"), ("ranks", "ranks"), ("step_ms", "step ms"), ("bubble_ms", "bubble ms"),
-                 ("bubble_pct", "bubble %"), ("warmup_bubble_ms", "  warm-up"), ("steady_bubble_ms", "  steady"),
-                 ("cooldown_bubble_ms", "  cool-down"), ("recv_wait_ms", "recv wait ms")]
+        pcols = [("stage", "stage"), ("ranks", "ranks"), ("step_ms", "step"), ("bubble_ms", "bubble"),
+                 ("bubble_pct", "bubble %"), ("warmup_bubble_ms", "warm-up"), ("steady_bubble_ms", "steady"),
+                 ("cooldown_bubble_ms", "cool-down"), ("recv_wait_ms", "recv wait")]
         rows = [{**r, "ranks": _ranks_text(r["ranks"])} for r in p["stages"].to_dicts()]
         neck = "" if p["bottleneck_stage"] is None else f"; stage {p['bottleneck_stage']} sets the pace"
-        con.print(_table(f"Pipeline (per rank and step; stages from {p['stage_source']}{neck})", pcols, rows))
+        con.print()
+        tcon.print(_table(f"Pipeline, ms per rank and step (stages from {p['stage_source']}{neck})", pcols, rows))
     if a.experts is not None:
         e = a.experts
         con.print(f"Expert all-to-all: {e['instances']} instances with split sizes; received bytes max/mean "
                   f"p50 {_f(e['imbalance_p50'], 2)}, max {_f(e['imbalance_max'], 2)}; rank {e['top_receiver']} "
                   "receives most")
     if a.collectives.height:
+        con.print()
         top = a.collectives.sort("total_wait_ms", descending=True, nulls_last=True).head(10)
-        ct = Table(title="Collectives with the most waiting", title_justify="left")
-        for label in ("pg", "seq", "op", "step", "bytes", "transfer ms", "max wait ms", "last rank", "busbw GB/s"):
-            ct.add_column(label, justify="right")
+        ct = _new_table("Collectives with the most waiting")
+        for label in ("pg", "seq", "op", "step", "size", "transfer ms", "max wait ms", "last rank", "busbw GB/s"):
+            ct.add_column(label, justify="left" if label == "op" else "right")
         for r in top.to_dicts():
-            ct.add_row(_f(r["pg"]), _f(r["seq"]), _f(r["op"]), _f(r["step"]), _f(r["bytes"]),
+            ct.add_row(_f(r["pg"]), _f(r["seq"]), _f(r["op"]), _f(r["step"]), _size(r["bytes"]),
                        _f(r["transfer_ms"], 3), _f(r["max_wait_ms"], 3), _f(r["last_rank"]), _f(r["busbw_gbps"], 2))
-        con.print(ct)
+        tcon.print(ct)
     if a.bandwidth.height:
-        bt = Table(title="Bandwidth by operation and size", title_justify="left")
-        for label in ("op", "size", "intra-node", "count", "transfer ms p50", "algbw GB/s p50", "busbw GB/s p50"):
-            bt.add_column(label, justify="right")
+        con.print()
+        bt = _new_table("Bandwidth by operation and size (medians)")
+        for label in ("op", "size", "intra-node", "count", "transfer ms", "algbw GB/s", "busbw GB/s"):
+            bt.add_column(label, justify="left" if label == "op" else "right")
         for r in a.bandwidth.to_dicts():
             intra = r.get("intra_node")
             bt.add_row(r["op"], _size(r["size_bucket"]), "-" if intra is None else "yes" if intra else "no",
                        _f(r["count"]), _f(r["transfer_ms_p50"], 3), _f(r["algbw_gbps_p50"], 2),
                        _f(r["busbw_gbps_p50"], 2))
-        con.print(bt)
+        tcon.print(bt)
     fit = a.clock
+    con.print()
     if fit.method != "none":
         offs = ", ".join(f"{r}: {o / 1e3:+.1f}" for r, o in sorted(fit.offsets_ns.items()))
         con.print(f"Clock offsets (us, vs rank {fit.reference}): {offs}; uncertainty "
@@ -89,11 +122,23 @@ def render(a: Analysis, width: int = 140, color: bool = False, show_steps: bool 
         con.print(line)
     for w in a.warnings:
         con.print(f"[yellow]warning:[/yellow] {w}")
-    return buf.getvalue()
+    # rich pads every line to the table width; trailing blanks only get in the way in a pipe or a diff
+    return "\n".join(line.rstrip() for line in buf.getvalue().split("\n"))
+
+
+# the dimension table at 100 columns: short headers; how each dimension was decided goes on a line below
+DIM_TEXT_COLUMNS = [("dimension", "dim"), ("groups", "groups"), ("intra_node", "intra"), ("comm_ms", "comm"),
+                    ("exposed_comm_ms", "exposed"), ("exposed_wait_ms", "exposed wait"), ("wait_ms", "wait"),
+                    ("root_caused_wait_ms", "root-caused"), ("busbw_gbps_p50", "busbw GB/s")]
+
+
+def _new_table(title: str) -> Table:
+    # no vertical rules: two spaces between columns instead of three characters keeps 9 columns in 100
+    return Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False)
 
 
 def _table(title: str, cols: list[tuple[str, str]], rows: list[dict]) -> Table:
-    t = Table(title=title, title_justify="left")
+    t = _new_table(title)
     for _, label in cols:
         t.add_column(label, justify="right")
     for row in rows:
