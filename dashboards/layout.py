@@ -12,7 +12,7 @@ from dash.dash_table.Format import Format, Scheme
 from analyzer.analysis import Analysis
 from analyzer.report.verdict import headline
 
-from . import figures
+from . import figures, summary
 
 # (id, header, ranks column): the KPI table; ids double as the JSON ``ranks[]`` keys except step time
 KPI_COLUMNS = (
@@ -104,7 +104,9 @@ def build_layout(a: Analysis) -> html.Div:
                            html.Button("clear selection", id="clear-selection", n_clicks=0,
                                        style={"marginLeft": "16px"})]),
         _section("Ranks", dash_table.DataTable(
-            id="kpi-table", columns=kpi_columns, data=kpi_rows(a), sort_action="native", page_action="none",
+            id="kpi-table", columns=kpi_columns, data=kpi_rows(a), sort_action="native",
+            **({"page_action": "native", "page_size": summary.kpi_page_size(a)} if summary.many(a) else
+               {"page_action": "none"}),
             style_table=TABLE_STYLE, style_cell=CELL_STYLE, fixed_rows={"headers": True},
             style_header={"fontWeight": "bold", "whiteSpace": "normal", "height": "auto"},
         ), dcc.Graph(id="breakdown", figure=figures.breakdown_figure(a), config={"displaylogo": False})),
