@@ -60,7 +60,7 @@ def process_group_rows(a: Analysis) -> list[dict]:
     seen: dict[str, dict] = {}
     for meta in a.traces.ranks:
         for pg in meta.process_groups:
-            seen.setdefault(pg.name, {"pg": pg.name, "desc": pg.desc, "ranks": ",".join(map(str, pg.ranks))})
+            seen.setdefault(pg.name, {"pg": pg.name, "desc": pg.desc, "ranks": summary.members_text(pg.ranks)})
     counts = {pg: n for pg, n in a.collectives.group_by("pg").len().iter_rows()}
     ops = {pg: ", ".join(sorted(o)) for pg, o in a.collectives.group_by("pg").agg("op").iter_rows()}
     for name in counts:
@@ -134,6 +134,7 @@ def build_layout(a: Analysis) -> html.Div:
                               for c, n in COLLECTIVE_COLUMNS]),
                  html.H3("Process groups", style={"fontSize": "15px"}),
                  dash_table.DataTable(id="pg-table", data=process_group_rows(a), style_cell=CELL_STYLE,
+                                      page_size=summary.PG_PAGE_SIZE,
                                       style_header={"fontWeight": "bold"}, style_table=TABLE_STYLE,
                                       columns=[{"id": c, "name": c} for c in ("pg", "desc", "ranks", "instances", "ops")])),
     ])

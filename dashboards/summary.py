@@ -14,6 +14,8 @@ from analyzer.analysis import Analysis
 
 MANY_RANKS = 128  # above this, per-rank traces and lanes give way to summaries
 FOCUS_LANES = 12  # timeline lanes drawn when the ranks are many
+PG_PAGE_SIZE = 25  # process-group table rows per page (a 1,024-rank job has ~150 groups)
+MEMBERS_SHOWN = 16  # member ranks spelled out in a table cell; longer lists are shortened
 
 
 def many(a: Analysis) -> bool:
@@ -59,6 +61,15 @@ def rank_marker(rank: int | None, axis: str = "x") -> list[dict]:
     span = {"x0": lo, "x1": hi, "y0": 0, "y1": 1, "yref": "paper", "xref": "x"} if axis == "x" else \
         {"y0": lo, "y1": hi, "x0": 0, "x1": 1, "xref": "paper", "yref": "y"}
     return [{"type": "rect", **span, "line": {"color": "red", "width": 2}, "fillcolor": "rgba(0,0,0,0)"}]
+
+
+def members_text(ranks: tuple[int, ...]) -> str:
+    """A group's member ranks for a table cell: all of them when few, else the first and last few and
+    the count (a world group of thousands of ranks would be a cell of kilobytes)."""
+    if len(ranks) <= MEMBERS_SHOWN:
+        return ",".join(map(str, ranks))
+    head, tail = ranks[: MEMBERS_SHOWN - 2], ranks[-2:]
+    return f"{','.join(map(str, head))},…,{','.join(map(str, tail))} ({len(ranks)} ranks)"
 
 
 def kpi_page_size(a: Analysis) -> int | None:
