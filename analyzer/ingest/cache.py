@@ -12,7 +12,6 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable
-from dataclasses import asdict
 from pathlib import Path
 
 import msgspec
@@ -162,8 +161,9 @@ def _store(folder: Path, traces: list[RankTrace]) -> None:
         for i, t in enumerate(traces):
             for name in _TABLES:
                 getattr(t, name).write_parquet(tmp / f"{i}.{name}.parquet", compression="lz4")
-            entries.append({"meta": asdict(t.meta), "steps_on_gpu": t.steps_on_gpu})
-        (tmp / "manifest.json").write_text(json.dumps(entries))
+            entries.append({"meta": t.meta, "steps_on_gpu": t.steps_on_gpu})
+        # msgspec writes the dataclass as asdict + json.dumps would, without deep-copying every member rank
+        (tmp / "manifest.json").write_bytes(msgspec.json.encode(entries))
         if folder.exists():
             shutil.rmtree(folder, ignore_errors=True)
         os.replace(tmp, folder)  # atomic: concurrent readers see a whole entry or none
