@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import statistics
 import threading
 import time
@@ -67,6 +68,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--rank", type=int, default=5)
     args = ap.parse_args()
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no request log between the numbers
     from playwright.sync_api import sync_playwright
 
     from analyzer.analysis import analyze
