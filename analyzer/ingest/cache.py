@@ -6,11 +6,13 @@ user cache directory (``COMMSCOPE_CACHE_DIR`` overrides) — never next to the u
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
 import shutil
 import tempfile
+import typing
 from collections.abc import Callable
 from pathlib import Path
 
@@ -79,7 +81,7 @@ def load_entry(folder: Path) -> list[RankTrace] | None:
 def load_entries(folders: list[Path]) -> list[list[RankTrace] | None]:
     """Many entries at once (None for an absent or damaged one): one Parquet read per table over all
     entries, sliced back per rank, instead of four small reads per rank (many small ranks)."""
-    shared: dict[ProcessGroup, ProcessGroup] = {}
+    shared: dict[tuple[str, str, bytes], ProcessGroup] = {}
     return _with_tables(folders, [_manifest(f, shared) for f in folders])
 
 
@@ -108,20 +110,42 @@ def _with_tables(folders: list[Path], entries: list[list[dict] | None]) -> list[
     return out
 
 
-def _manifest(folder: Path, shared: dict[ProcessGroup, ProcessGroup]) -> list[dict] | None:
-    """The entry's metadata; each process group is the one object ``shared`` holds for it, so that
-    thousands of ranks listing the same world group keep one copy (memory flat in ranks)."""
+class _RawGroup(msgspec.Struct):
+    name: str
+    desc: str
+    ranks: msgspec.Raw  # left undecoded: thousands of ranks repeat the same member lists
+
+
+def _manifest_decoder() -> msgspec.json.Decoder:
+    """Decodes a manifest into typed entries whose process groups keep their member lists as raw JSON."""
+    hints = typing.get_type_hints(RankMeta)
+    meta = msgspec.defstruct("_RawMeta", [(f.name, tuple[_RawGroup, ...] if f.name == "process_groups"
+                                           else hints[f.name]) for f in dataclasses.fields(RankMeta)])
+    entry = msgspec.defstruct("_RawEntry", [("meta", meta), ("steps_on_gpu", bool)])
+    return msgspec.json.Decoder(list[entry])
+
+
+_DECODE_MANIFEST = _manifest_decoder()
+_META_FIELDS = tuple(f.name for f in dataclasses.fields(RankMeta))
+
+
+def _manifest(folder: Path, shared: dict[tuple[str, str, bytes], ProcessGroup]) -> list[dict] | None:
+    """The entry's metadata; each process group is decoded once and is the one object ``shared`` holds
+    for it, so thousands of ranks listing the same world group cost one copy (memory flat in ranks)."""
     try:
-        entries = msgspec.json.decode((folder / "manifest.json").read_bytes())
-        for entry in entries:
-            meta = entry["meta"]
-            groups = (ProcessGroup(g["name"], g["desc"], tuple(g["ranks"])) for g in meta["process_groups"])
-            meta["process_groups"] = tuple(shared.setdefault(g, g) for g in groups)
-            meta["devices"] = tuple(meta["devices"])
-            meta["versions"] = tuple(tuple(v) for v in meta["versions"])
-            meta["warnings"] = tuple(meta["warnings"])
-            entry["meta"] = RankMeta(**meta)
-            entry["steps_on_gpu"] = bool(entry["steps_on_gpu"])
+        entries = []
+        for raw in _DECODE_MANIFEST.decode((folder / "manifest.json").read_bytes()):
+            m = raw.meta
+            groups = []
+            for g in m.process_groups:
+                key = (g.name, g.desc, bytes(g.ranks))
+                pg = shared.get(key)
+                if pg is None:
+                    pg = shared[key] = ProcessGroup(g.name, g.desc, msgspec.json.decode(g.ranks, type=tuple[int, ...]))
+                groups.append(pg)
+            fields = {f: getattr(m, f) for f in _META_FIELDS}
+            fields["process_groups"] = tuple(groups)
+            entries.append({"meta": RankMeta(**fields), "steps_on_gpu": raw.steps_on_gpu})
         return entries
     except (OSError, ValueError, KeyError, TypeError, msgspec.DecodeError):
         return None  # absent, or a damaged cache entry: rebuilt, never trusted
