@@ -49,18 +49,21 @@ def fit_offsets(inst: pl.DataFrame, ranks: list[int], iterations: int = 20) -> C
         (pl.col("e") - pl.col("t") - pl.col("o")).abs().alias("r")
     )
     spread = resid.group_by("rank").agg(pl.col("r").median().alias("mad"))
-    estimates = {int(r): float(o) for r, o in offs.iter_rows()}
-    bounds = _causal_bounds(blocking, ref)
-    offsets: dict[int, float] = {}
-    moved = 0.0
-    for r in ranks:
-        est = estimates.get(r, 0.0)
-        lo, hi = bounds.get(r, (-float("inf"), float("inf")))
-        # a clock that already satisfies causality needs no correction (ranks on one host): ends can
-        # disagree by milliseconds there (GPU time-slicing) without the clocks disagreeing at all
-        chosen = 0.0 if lo <= 0.0 <= hi else min(max(est, lo), hi)
-        moved = max(moved, abs(est - chosen))
-        offsets[r] = chosen
+    inf = float("inf")
+    # a clock that already satisfies causality needs no correction (ranks on one host): ends can
+    # disagree by milliseconds there (GPU time-slicing) without the clocks disagreeing at all
+    fitted = (
+        pl.DataFrame({"rank": ranks}, schema={"rank": pl.Int64})
+        .join(offs.select(pl.col("rank").cast(pl.Int64), "o"), on="rank", how="left")
+        .join(_causal_bounds(blocking, ref), on="rank", how="left")
+        .with_columns(pl.col("o").fill_null(0.0), pl.col("lo").fill_null(-inf), pl.col("hi").fill_null(inf))
+        .with_columns(
+            pl.when((pl.col("lo") <= 0.0) & (pl.col("hi") >= 0.0)).then(0.0)
+            .otherwise(pl.min_horizontal(pl.max_horizontal("o", "lo"), "hi")).alias("chosen")
+        )
+    )
+    moved = float((fitted["o"] - fitted["chosen"]).abs().max() or 0.0) if fitted.height else 0.0
+    offsets = dict(zip(ranks, fitted["chosen"].to_list()))
     return ClockFit(
         method="collective-end",
         reference=ref,
@@ -70,17 +73,16 @@ def fit_offsets(inst: pl.DataFrame, ranks: list[int], iterations: int = 20) -> C
     )
 
 
-def _causal_bounds(rows: pl.DataFrame, ref: int) -> dict[int, tuple[float, float]]:
-    """Interval for o[r] − o[ref] in which no rank leaves a shared collective before the other entered."""
+def _causal_bounds(rows: pl.DataFrame, ref: int) -> pl.DataFrame:
+    """rank, lo, hi: the interval for o[r] − o[ref] in which no rank leaves a shared collective before
+    the other entered."""
     me = rows.filter(pl.col("rank") == ref).select("instance", pl.col("start_ns").alias("s0"),
                                                     pl.col("end_ns").alias("e0"))
     pairs = rows.filter(pl.col("rank") != ref).join(me, on="instance")
-    if pairs.height == 0:
-        return {}
-    b = pairs.group_by("rank").agg(
-        (pl.col("start_ns") - pl.col("e0")).max().alias("lo"), (pl.col("end_ns") - pl.col("s0")).min().alias("hi")
-    )
-    return {int(r): (float(lo), float(hi)) for r, lo, hi in b.iter_rows()}
+    return pairs.group_by("rank").agg(
+        (pl.col("start_ns") - pl.col("e0")).max().cast(pl.Float64).alias("lo"),
+        (pl.col("end_ns") - pl.col("s0")).min().cast(pl.Float64).alias("hi"),
+    ).with_columns(pl.col("rank").cast(pl.Int64))
 
 
 def apply(df: pl.DataFrame, fit: ClockFit, cols: tuple[str, ...] = ("start_ns", "end_ns")) -> pl.DataFrame:

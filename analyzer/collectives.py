@@ -82,8 +82,10 @@ def _link(cpu: pl.DataFrame, comm_calls: pl.DataFrame) -> pl.DataFrame:
 
 
 def _fill_group_ranks(df: pl.DataFrame, groups: dict[int, tuple[ProcessGroup, ...]]) -> pl.DataFrame:
+    text: dict[tuple[int, ...], str] = {}  # each distinct member list spelled once, not once per rank
     rows = [
-        {"rank": r, "pg": g.name, "_ranks": ",".join(str(x) for x in g.ranks), "_size": len(g.ranks)}
+        {"rank": r, "pg": g.name, "_ranks": text.get(g.ranks) or text.setdefault(g.ranks, ",".join(map(str, g.ranks))),
+         "_size": len(g.ranks)}
         for r, gs in groups.items()
         for g in gs
         if g.ranks

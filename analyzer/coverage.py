@@ -61,3 +61,70 @@ class Coverage:
 
     def __or__(self, other: Coverage) -> Coverage:
         return Coverage.of(np.concatenate([self.starts, other.starts]), np.concatenate([self.ends, other.ends]))
+
+
+@dataclass(frozen=True)
+class RankAxis:
+    """Many ranks' clocks laid end to end on one axis, so one ``Coverage`` answers for every rank.
+
+    Rank ``ranks[i]`` owns [lo[i], hi[i]] on its own clock (the extent of all its intervals) and
+    [base[i], base[i] + hi[i] − lo[i]] on the shared axis, one nanosecond clear of its neighbours so
+    their segments never merge. A query time is clipped to the rank's extent first: nothing of the
+    rank lies outside it, so clipping changes no measured length, and the shift stays exact in int64.
+    """
+
+    ranks: np.ndarray  # sorted rank ids
+    lo: np.ndarray
+    hi: np.ndarray
+    base: np.ndarray
+
+    @staticmethod
+    def of(rank: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> RankAxis:
+        rank = np.asarray(rank, dtype=np.int64)
+        ranks, inv = np.unique(rank, return_inverse=True)
+        lo = np.full(ranks.size, np.iinfo(np.int64).max, dtype=np.int64)
+        hi = np.full(ranks.size, np.iinfo(np.int64).min, dtype=np.int64)
+        np.minimum.at(lo, inv, np.asarray(starts, dtype=np.int64))
+        np.maximum.at(hi, inv, np.asarray(ends, dtype=np.int64))
+        hi = np.maximum(hi, lo)
+        width = hi - lo + 1
+        if ranks.size and float(width.astype(np.float64).sum()) >= 2.0**62:
+            raise ValueError("the ranks' time ranges add up to more than int64 nanoseconds can hold")
+        base = (np.cumsum(width) - width).astype(np.int64)
+        return RankAxis(ranks, lo, hi, base)
+
+    def index(self, rank: np.ndarray) -> np.ndarray:
+        """Position of each rank on the axis; -1 where the axis does not hold it."""
+        rank = np.asarray(rank, dtype=np.int64)
+        if self.ranks.size == 0:
+            return np.full(rank.shape, -1, dtype=np.int64)
+        pos = np.clip(np.searchsorted(self.ranks, rank), 0, self.ranks.size - 1)
+        return np.where(self.ranks[pos] == rank, pos, -1)
+
+    def place(self, idx: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """Rank-clock times ``t`` of axis positions ``idx`` (>= 0) on the shared axis."""
+        lo = self.lo[idx]
+        return np.clip(np.asarray(t, dtype=np.int64), lo, self.hi[idx]) - lo + self.base[idx]
+
+
+@dataclass(frozen=True)
+class RankedCoverage:
+    """Per-rank unions of intervals over all ranks at once: |union_r ∩ [a_i, b_i]| in one search."""
+
+    axis: RankAxis
+    cov: Coverage
+
+    @staticmethod
+    def of(axis: RankAxis, rank: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> RankedCoverage:
+        """``rank``: every interval's rank, all held by ``axis``."""
+        idx = axis.index(rank)
+        return RankedCoverage(axis, Coverage.of(axis.place(idx, starts), axis.place(idx, ends)))
+
+    def within(self, idx: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """|union of rank at axis position idx_i ∩ [a_i, b_i]| for each i."""
+        return self.cov.within(self.axis.place(idx, a), self.axis.place(idx, b))
+
+    def totals(self) -> np.ndarray:
+        """Covered length of every axis rank."""
+        ax = self.axis
+        return self.cov.within(ax.base, ax.base + (ax.hi - ax.lo))

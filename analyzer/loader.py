@@ -110,13 +110,11 @@ def _read_in_worker(tf: TraceFile, opts: ReadOptions, use_cache: bool,
     return res
 
 
-def _from_worker(res: list[RankTrace] | Skipped | _Stored, tf: TraceFile, opts: ReadOptions,
-                 use_cache: bool) -> list[RankTrace] | Skipped:
-    if not isinstance(res, _Stored):
-        return res
-    from .ingest.cache import load_entry
+def _from_workers(stored: list[_Stored]) -> list[list[RankTrace] | None]:
+    """The cache entries the workers wrote, read together (None where one has gone meanwhile)."""
+    from .ingest.cache import load_entries
 
-    return load_entry(Path(res.folder)) or read_one(tf, opts, use_cache)  # entry gone meanwhile: read here
+    return load_entries([Path(s.folder) for s in stored])
 
 
 def load(paths: list[Path], options: LoadOptions | None = None) -> TraceSet:
@@ -164,18 +162,21 @@ def _read_all(files: list[TraceFile], options: LoadOptions) -> list[list[RankTra
         results: list[list[RankTrace] | Skipped | None] = [None] * len(files)
         todo = list(range(len(files)))
         if options.cache and jobs > 1:
-            # cache hits load in ~30 ms here; a spawned worker costs more in start-up and pickling
-            from .ingest.cache import entry_dir, load_entry
+            # cache hits are read together, one Parquet read per table for all of them; a worker would
+            # cost more in start-up and pickling
+            from .ingest.cache import entry_dir, load_entries
 
-            for i in list(todo):
+            folders: dict[int, Path] = {}
+            for i in todo:
                 try:
-                    hit = load_entry(entry_dir(files[i], opts[i]))
+                    folders[i] = entry_dir(files[i], opts[i])
                 except OSError:
-                    hit = None
+                    pass
+            for i, hit in zip(folders, load_entries(list(folders.values()))):
                 if hit is not None:
                     results[i] = hit
-                    todo.remove(i)
                     done(files[i].path.name)
+            todo = [i for i in todo if results[i] is None]
         if jobs <= 1 or len(todo) <= 1:
             for i in todo:
                 results[i] = read_one(files[i], opts[i], options.cache)
@@ -183,6 +184,7 @@ def _read_all(files: list[TraceFile], options: LoadOptions) -> list[list[RankTra
             return [r for r in results if r is not None]
         # One task per file, at most `jobs` alive: a worker holds one rank's bytes and events at a time.
         ctx = worker_context()
+        stored: dict[int, _Stored] = {}
         with ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=ctx) as pool:
             from .ingest.cache import cache_dir
 
@@ -190,8 +192,14 @@ def _read_all(files: list[TraceFile], options: LoadOptions) -> list[list[RankTra
             futures = {pool.submit(_read_in_worker, files[i], opts[i], options.cache, root): i for i in todo}
             for f in as_completed(futures):
                 i = futures[f]
-                results[i] = _from_worker(f.result(), files[i], opts[i], options.cache)
+                res = f.result()
+                if isinstance(res, _Stored):
+                    stored[i] = res
+                else:
+                    results[i] = res
                 done(files[i].path.name)
+        for i, res in zip(stored, _from_workers(list(stored.values()))):
+            results[i] = res if res is not None else read_one(files[i], opts[i], options.cache)  # entry gone meanwhile
         return [r for r in results if r is not None]
 
 

@@ -208,33 +208,60 @@ def _exchange(rows: pl.DataFrame) -> pl.DataFrame:
 
 
 def _shift_aligned(meta: pl.DataFrame) -> pl.DataFrame:
-    """Ordinals within a group, shifted per rank so its (op, size) sequence lines up with the reference."""
+    """Ordinals within a group, shifted per rank so its (op, size) sequence lines up with the reference
+    (the group's smallest rank): all groups and ranks in one query."""
     if meta.height == 0:
         return meta.with_columns(pl.lit(None, dtype=pl.Utf8).alias("instance"))
-    parts = []
-    for _, grp in meta.partition_by("pg", "group_ranks", as_dict=True, maintain_order=True).items():
-        grp = grp.with_columns(pl.int_range(pl.len()).over("rank").alias("_k"))
-        ranks = sorted(grp["rank"].unique().to_list())
-        ref = grp.filter(pl.col("rank") == ranks[0])
-        ref_sig = list(zip(ref["op"].to_list(), ref["_bytes"].to_list()))
-        shifts = {ranks[0]: 0}
-        for r in ranks[1:]:
-            sub = grp.filter(pl.col("rank") == r)
-            shifts[r] = _best_shift(ref_sig, list(zip(sub["op"].to_list(), sub["_bytes"].to_list())))
-        shift = pl.DataFrame({"rank": list(shifts), "_shift": list(shifts.values())},
-                             schema={"rank": pl.Int32, "_shift": pl.Int64})
-        grp = grp.join(shift, on="rank").with_columns(
-            pl.format("pg{}|{}|n{}", "pg", "group_ranks", pl.col("_k") + pl.col("_shift")).alias("instance")
+    g = ["pg", "group_ranks"]
+    df = meta.with_row_index("_i").with_columns(
+        pl.int_range(pl.len()).over([*g, "rank"]).alias("_k"),
+        pl.col("rank").min().over(g).alias("_ref"),
+    )
+    shifts = _best_shifts(df, g)
+    out = (
+        df.join(shifts, on=[*g, "rank"], how="left", nulls_equal=True)
+        .with_columns(
+            pl.format("pg{}|{}|n{}", "pg", "group_ranks", pl.col("_k") + pl.col("_shift").fill_null(0)).alias("instance")
         )
-        parts.append(grp.drop("_shift"))
-    return pl.concat(parts)
+        .sort(pl.col("_i").min().over(g), "_i")  # groups in order of appearance, as before
+    )
+    return out.drop("_i", "_ref", "_shift")
 
 
-def _best_shift(ref: list[tuple], other: list[tuple], max_shift: int = 64) -> int:
-    """Shift s maximizing matches of other[j] == ref[j + s] (ties: smallest |s|)."""
-    best, best_score = 0, -1
-    for s in sorted(range(-min(max_shift, len(other)), min(max_shift, len(ref)) + 1), key=abs):
-        score = sum(1 for j, sig in enumerate(other) if 0 <= j + s < len(ref) and ref[j + s] == sig)
-        if score > best_score:
-            best, best_score = s, score
-    return best
+def _best_shifts(df: pl.DataFrame, g: list[str], max_shift: int = 64) -> pl.DataFrame:
+    """Per (group, rank): the shift s maximizing matches of rank[j] == ref[j + s] (ties: smallest |s|,
+    then the negative one; no match at all: 0). A rank whose every kernel matches at s = 0 cannot do
+    better, so only the others are tried at every shift."""
+    sig = ["op", "_bytes"]
+    ref = df.filter(pl.col("rank") == pl.col("_ref")).select(*g, "_k", *[pl.col(c).alias(f"_r{c}") for c in sig])
+    ref_len = ref.group_by(g).agg(pl.len().cast(pl.Int64).alias("_nref"))
+    other = df.filter(pl.col("rank") != pl.col("_ref")).select(*g, "rank", "_k", *sig)
+    same = [pl.col(c) == pl.col(f"_r{c}") for c in sig]
+    at0 = (
+        other.join(ref, on=[*g, "_k"], how="left", nulls_equal=True)
+        .group_by([*g, "rank"])
+        .agg(pl.all_horizontal(same).fill_null(False).sum().alias("_score"), pl.len().cast(pl.Int64).alias("_n"))
+    )
+    todo = (
+        at0.filter(pl.col("_score") < pl.col("_n"))
+        .join(ref_len, on=g, nulls_equal=True)
+        .select(*g, "rank", "_n", "_nref")
+    )
+    schema = {**{c: df.schema[c] for c in g}, "rank": df.schema["rank"], "_shift": pl.Int64}
+    if todo.height == 0:
+        return pl.DataFrame(schema=schema)
+    cand = (
+        other.join(todo, on=[*g, "rank"], nulls_equal=True)
+        .join(pl.DataFrame({"_shift": range(-max_shift, max_shift + 1)}, schema={"_shift": pl.Int64}), how="cross")
+        .filter((pl.col("_shift") >= -pl.min_horizontal(pl.lit(max_shift), "_n"))
+                & (pl.col("_shift") <= pl.min_horizontal(pl.lit(max_shift), "_nref")))
+        .with_columns((pl.col("_k") + pl.col("_shift")).alias("_k"))
+        .join(ref, on=[*g, "_k"], nulls_equal=True)
+        .filter(pl.all_horizontal(same))
+        .group_by([*g, "rank", "_shift"])
+        .agg(pl.len().alias("_score"))
+        .sort([*g, "rank", "_score", pl.col("_shift").abs(), "_shift"], descending=[False] * 3 + [True, False, False])
+        .group_by([*g, "rank"], maintain_order=True)
+        .agg(pl.col("_shift").first())
+    )
+    return cand.select(list(schema)).cast(schema)

@@ -95,6 +95,8 @@ def conform(df: pl.DataFrame, schema: dict[str, pl.DataType]) -> pl.DataFrame:
     """Select and cast ``df`` to ``schema`` (missing columns become null), in schema order."""
     if df.width == 0 or df.height == 0 and not set(schema) <= set(df.columns):
         return empty(schema)
+    if list(df.schema.items()) == list(schema.items()):
+        return df  # already canonical (cache entries are): nothing to do, for each of many ranks
     cols = []
     for name, dtype in schema.items():
         if name in df.columns:

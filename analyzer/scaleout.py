@@ -40,13 +40,14 @@ def read_on_cluster(files: list[TraceFile], opts: list[ReadOptions], address: st
         from distributed import Client, as_completed
     except ImportError:
         raise UsageError("--scheduler needs Dask: pip install 'dask[distributed]'") from None
-    from .ingest.cache import load_entry
+    from .ingest.cache import load_entries
 
     try:
         client = Client(address, timeout=CONNECT_TIMEOUT)
     except (OSError, TimeoutError) as exc:
         raise UsageError(f"cannot reach the Dask scheduler at {address}: {exc}") from None
     results: list[list[RankTrace] | Skipped | None] = [None] * len(files)
+    folders: dict[int, str] = {}
     try:
         futures = client.map(parse_to_cache, files, opts, pure=False)
         index = {f.key: i for i, f in enumerate(futures)}
@@ -56,12 +57,14 @@ def read_on_cluster(files: list[TraceFile], opts: list[ReadOptions], address: st
             if isinstance(res, Skipped):
                 results[i] = res
             else:
-                hit = load_entry(Path(res))
-                results[i] = hit if hit is not None else Skipped(
-                    str(files[i].path), f"{files[i].path}: the worker's cache entry {res} is not readable here "
-                    "(COMMSCOPE_CACHE_DIR must be shared storage at the same path)")
+                folders[i] = res
             if done:
                 done(files[i].path.name)
     finally:
         client.close()
+    # the entries are read here together: one Parquet read per table for all ranks
+    for (i, folder), hit in zip(folders.items(), load_entries([Path(f) for f in folders.values()])):
+        results[i] = hit if hit is not None else Skipped(
+            str(files[i].path), f"{files[i].path}: the worker's cache entry {folder} is not readable here "
+            "(COMMSCOPE_CACHE_DIR must be shared storage at the same path)")
     return [r for r in results if r is not None]

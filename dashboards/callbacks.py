@@ -12,11 +12,11 @@ from typing import Any
 import dash
 import plotly.graph_objects as go
 import polars as pl
-from dash import Input, Output, State, ctx, no_update
+from dash import Input, Output, Patch, State, ctx, no_update
 
 from analyzer.analysis import Analysis
 
-from . import figures
+from . import figures, summary
 from . import timeline as tl
 
 MAX_COLLECTIVE_ROWS = 200
@@ -76,6 +76,7 @@ def _relayout_window(relayout: dict | None) -> tuple[float, float] | None | str:
 def register(app: dash.Dash, a: Analysis) -> None:
     ranks_known = set(int(r) for r in a.source["ranks"])
     steps_known = set(a.steps["step"].to_list()) if a.steps.height else set()
+    many = summary.many(a)  # summary views: a selection only moves their marker (sent as a patch)
 
     @app.callback(
         Output("selection", "data"), Output("step-select", "value"),
@@ -93,7 +94,9 @@ def register(app: dash.Dash, a: Analysis) -> None:
         if trig == "kpi-table" and kpi_cell:
             sel["rank"] = _int(kpi_cell.get("row_id"))
         elif trig == "breakdown" and bar_click:
-            sel["rank"] = _int(bar_click["points"][0].get("x"))
+            p = bar_click["points"][0]
+            if not many or p.get("curveNumber", 0) == 0:  # many ranks: only the heatmap names a rank
+                sel["rank"] = _int(p.get("x"))
         elif trig == "heatmap" and heat_click:
             p = heat_click["points"][0]
             sel["rank"], sel["step"] = _int(p.get("y")), _int(p.get("x"))
@@ -133,11 +136,19 @@ def register(app: dash.Dash, a: Analysis) -> None:
         text = "Selected: " + " · ".join(parts) if parts else "No selection: click a rank, step or collective."
         style = ([{"if": {"filter_query": f"{{rank}} = {sel['rank']}"}, "backgroundColor": "#fff3b0"}]
                  if sel.get("rank") is not None else [])
+        if many:
+            marker = Patch()
+            marker["layout"]["shapes"] = summary.rank_marker(sel.get("rank"))
+            return text, style, marker
         return text, style, figures.breakdown_figure(a, selected_rank=sel.get("rank"))
 
     @app.callback(Output("heatmap", "figure"), Input("heatmap-metric", "value"), Input("selection", "data"))
     def heatmap(metric, sel):
         metric = metric if metric in figures.HEATMAP_METRICS else "caused_wait_ms"
+        if many and ctx.triggered_id == "selection":
+            marker = Patch()
+            marker["layout"]["shapes"] = summary.rank_marker((sel or EMPTY).get("rank"), axis="y")
+            return marker
         return figures.heatmap_figure(a, metric, selected_rank=(sel or EMPTY).get("rank"))
 
     @app.callback(Output("waits", "figure"), Output("busbw", "figure"), Output("coll-table", "data"),
@@ -164,8 +175,10 @@ def register(app: dash.Dash, a: Analysis) -> None:
             window = found[0] if found else None
         elif zoom != "reset" and sel.get("step") is not None:
             window = tl.step_window_ms(a, sel["step"])
-        fig = figures.timeline_figure(a, window_ms=window, by_stream=by_stream, selected_rank=sel.get("rank"),
-                                      expand_rank=None if by_stream else sel.get("rank"))
+        focus = summary.focus_ranks(a, sel.get("rank"))  # many ranks: draw a few, not one lane each
+        fig = figures.timeline_figure(a, ranks=focus, window_ms=window, by_stream=by_stream,
+                                      selected_rank=sel.get("rank"), expand_rank=None if by_stream else sel.get("rank"),
+                                      note=summary.ranks_label(a, focus) if focus else None)
         # same revision while only zooming, so plotly keeps the user's view; a new selection resets it
         fig.update_layout(uirevision=json.dumps([sel, by_stream], sort_keys=True))
         lanes = [ln[0] for ln in (fig.layout.meta or {}).get("lanes", [])] if isinstance(fig, go.Figure) else []

@@ -16,6 +16,7 @@ from plotly.subplots import make_subplots
 
 from analyzer.analysis import Analysis
 
+from . import summary
 from . import timeline as tl
 
 COLORS = {
@@ -58,6 +59,10 @@ def breakdown_figure(a: Analysis, selected_rank: int | None = None) -> go.Figure
     r = a.ranks
     if r.height == 0:
         return _empty("Time breakdown per rank", "no ranks")
+    if summary.many(a):  # one heatmap and six distributions, not six traces of a thousand bars
+        fig = summary.breakdown_summary_figure(a, BREAKDOWN_PARTS, COLORS)
+        fig.update_layout(shapes=summary.rank_marker(selected_rank))
+        return fig
     ranks = r["rank"].to_list()
     x = [str(k) for k in ranks]
     line = [2 if k == selected_rank else 0 for k in ranks]
@@ -109,7 +114,7 @@ def _lines(starts: np.ndarray, ends: np.ndarray, y: float | np.ndarray) -> tuple
 
 def timeline_figure(a: Analysis, ranks: Sequence[int] | None = None, window_ms: tuple[float, float] | None = None,
                     by_stream: bool = False, max_shapes: int = 600, selected_rank: int | None = None,
-                    expand_rank: int | None = None) -> go.Figure:
+                    expand_rank: int | None = None, note: str | None = None) -> go.Figure:
     """Multi-rank GPU timeline on the aligned clock, downsampled to ``max_shapes`` segments per lane and kind.
 
     x is ms from the earliest aligned GPU event; one lane per rank (compute above, comm below, memcpy and
@@ -174,6 +179,8 @@ def timeline_figure(a: Analysis, ranks: Sequence[int] | None = None, window_ms: 
         if sel:
             fig.add_hrect(y0=min(sel) - 0.5, y1=max(sel) + 0.5, fillcolor="gold", opacity=0.25, line_width=0)
     title = "GPU timeline (aligned clock" + (f", {window_ms[0]:,.1f}–{window_ms[1]:,.1f} ms)" if window_ms else ")")
+    if note:
+        title += f"<br><sup>{note}</sup>"
     fig.update_layout(
         title=title, margin=_MARGIN, height=max(260, 90 + lane_px * len(lanes)),
         legend={"orientation": "h", "y": 1.0, "x": 1.0, "yanchor": "bottom", "xanchor": "right"},

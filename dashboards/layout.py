@@ -12,7 +12,7 @@ from dash.dash_table.Format import Format, Scheme
 from analyzer.analysis import Analysis
 from analyzer.report.verdict import headline
 
-from . import critical, dimensions, export, figures, pipeline
+from . import critical, dimensions, export, figures, pipeline, summary
 
 # (id, header, ranks column): the KPI table; ids double as the JSON ``ranks[]`` keys except step time
 KPI_COLUMNS = (
@@ -60,7 +60,7 @@ def process_group_rows(a: Analysis) -> list[dict]:
     seen: dict[str, dict] = {}
     for meta in a.traces.ranks:
         for pg in meta.process_groups:
-            seen.setdefault(pg.name, {"pg": pg.name, "desc": pg.desc, "ranks": ",".join(map(str, pg.ranks))})
+            seen.setdefault(pg.name, {"pg": pg.name, "desc": pg.desc, "ranks": summary.members_text(pg.ranks)})
     counts = {pg: n for pg, n in a.collectives.group_by("pg").len().iter_rows()}
     ops = {pg: ", ".join(sorted(o)) for pg, o in a.collectives.group_by("pg").agg("op").iter_rows()}
     for name in counts:
@@ -105,7 +105,9 @@ def build_layout(a: Analysis) -> html.Div:
                                        style={"marginLeft": "16px"}),
                            export.section(a)]),
         _section("Ranks", dash_table.DataTable(
-            id="kpi-table", columns=kpi_columns, data=kpi_rows(a), sort_action="native", page_action="none",
+            id="kpi-table", columns=kpi_columns, data=kpi_rows(a), sort_action="native",
+            **({"page_action": "native", "page_size": summary.kpi_page_size(a)} if summary.many(a) else
+               {"page_action": "none"}),
             style_table=TABLE_STYLE, style_cell=CELL_STYLE, fixed_rows={"headers": True},
             style_header={"fontWeight": "bold", "whiteSpace": "normal", "height": "auto"},
         ), dcc.Graph(id="breakdown", figure=figures.breakdown_figure(a), config={"displaylogo": False})),
@@ -136,6 +138,7 @@ def build_layout(a: Analysis) -> html.Div:
                               for c, n in COLLECTIVE_COLUMNS]),
                  html.H3("Process groups", style={"fontSize": "15px"}),
                  dash_table.DataTable(id="pg-table", data=process_group_rows(a), style_cell=CELL_STYLE,
+                                      page_size=summary.PG_PAGE_SIZE,
                                       style_header={"fontWeight": "bold"}, style_table=TABLE_STYLE,
                                       columns=[{"id": c, "name": c} for c in ("pg", "desc", "ranks", "instances", "ops")])),
     ])

@@ -242,3 +242,44 @@ def test_64_ranks_open_and_respond(browser, tmp_path_factory):
             w.page.close()
         server.shutdown()
         thread.join(5)
+
+
+def test_hundreds_of_ranks_are_summarized(browser, tmp_path_factory):
+    """Above MANY_RANKS the page draws summaries: a rank × part heatmap with distributions, a paged KPI
+    table and a timeline of a few focus ranks (the straggler among them); a click moves the markers."""
+    from dashboards.summary import FOCUS_LANES, MANY_RANKS
+    from sample_traces.generate import Scenario, build, write_kineto
+
+    out = tmp_path_factory.mktemp("ranks192")
+    write_kineto(build(Scenario(ranks=192, steps=3, tp=8, late_ranks={77: (2_000_000, "host")})), out)
+    a = analyze(load([out], LoadOptions(cache=False)))
+    assert a.ranks.height == 192 > MANY_RANKS
+    top = int(a.ranks.sort("caused_wait_ms", descending=True)["rank"][0])
+    assert top == 77  # the late rank caused the most wait
+    address, server, thread = serve(a)
+    w = None
+    try:
+        w = Watched(browser, address)
+        kinds = w.page.evaluate("() => document.querySelector('#breakdown .js-plotly-plot').data.map(t => t.type)")
+        assert kinds == ["heatmap"] + ["box"] * 6  # not six traces of 192 bars
+        xs = w.page.evaluate("() => document.querySelector('#breakdown .js-plotly-plot').data[0].x")
+        assert sorted(xs) == list(range(192))
+        assert len(w.page.evaluate(KPI_JS)) == 50  # paged: 50 rows in the DOM, not 192
+        lanes = w.page.evaluate("() => document.querySelector('#timeline .js-plotly-plot').layout.meta.lanes")
+        ranks = sorted({ln[0] for ln in lanes})
+        assert len(ranks) == FOCUS_LANES and top in ranks
+        before = w.timeline()
+        w.click_rank(5)
+        w.wait_change(before)
+        lanes = w.page.evaluate("() => document.querySelector('#timeline .js-plotly-plot').layout.meta.lanes")
+        assert 5 in {ln[0] for ln in lanes} and len({ln[0] for ln in lanes}) == FOCUS_LANES
+        for fig, key in (("breakdown", "x0"), ("heatmap", "y0")):
+            w.page.wait_for_function(
+                f"() => {{ const s = document.querySelector('#{fig} .js-plotly-plot').layout.shapes;"
+                f" return s && s.length === 1 && s[0].{key} === 4.5; }}")
+        w.assert_clean()
+    finally:
+        if w is not None:
+            w.page.close()
+        server.shutdown()
+        thread.join(5)

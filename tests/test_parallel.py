@@ -75,3 +75,27 @@ def test_workers_write_to_the_cache_dir_set_now(traces: Path, tmp_path: Path, mo
     assert _report(traces, jobs=2) == ref
     assert len(list(second.glob("*/manifest.json"))) == 4  # one entry per rank, in the dir set last
     assert not first.exists()
+
+
+def test_dask_local_cluster_of_processes_equals_serial(tmp_path_factory: pytest.TempPathFactory,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """64 ranks parsed by a real cluster of worker processes (each its own interpreter, sharing the
+    cache directory with this one): the same report as the serial, uncached path."""
+    distributed = pytest.importorskip("distributed")
+    from sample_traces.generate import Scenario, build, write_kineto
+
+    out = tmp_path_factory.mktemp("dask64")
+    write_kineto(build(Scenario(ranks=64, steps=3, tp=8, late_ranks={9: (300_000, "host")})), out)
+    ref = _report(out, jobs=1, cache=False)
+    root = str(Path(__file__).resolve().parents[1])
+    monkeypatch.setenv("PYTHONPATH", root)  # workers import this checkout, as this process does
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as cluster:
+        with distributed.Client(cluster) as client:
+            pids = client.run(lambda: __import__("os").getpid())
+            assert len(set(pids.values())) == 2 and __import__("os").getpid() not in pids.values()
+            where = client.run(lambda: __import__("analyzer").__file__)
+            assert all(w.startswith(root) for w in where.values())
+        got = _report(out, scheduler=cluster.scheduler_address)
+    assert got["ranks"] == ref["ranks"] and len(got["ranks"]) == 64
+    assert got == ref

@@ -6,15 +6,17 @@ user cache directory (``COMMSCOPE_CACHE_DIR`` overrides) — never next to the u
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
 import shutil
 import tempfile
+import typing
 from collections.abc import Callable
-from dataclasses import asdict
 from pathlib import Path
 
+import msgspec
 import polars as pl
 
 from ..model import ProcessGroup, RankMeta, RankTrace
@@ -75,25 +77,106 @@ def ensure_entry(tf: TraceFile, opts: ReadOptions, reader: Reader | None = None)
 
 
 def load_entry(folder: Path) -> list[RankTrace] | None:
-    manifest = folder / "manifest.json"
-    if not manifest.is_file():
-        return None
+    return load_entries([folder])[0]
+
+
+def load_entries(folders: list[Path]) -> list[list[RankTrace] | None]:
+    """Many entries at once (None for an absent or damaged one): one Parquet read per table over all
+    entries, sliced back per rank, instead of four small reads per rank (many small ranks)."""
+    shared: dict[tuple[str, str, bytes], ProcessGroup] = {}
+    return _with_tables(folders, [_manifest(f, shared) for f in folders])
+
+
+def _with_tables(folders: list[Path], entries: list[list[dict] | None]) -> list[list[RankTrace] | None]:
+    files = [(folder, i) for folder, e in zip(folders, entries) if e is not None for i in range(len(e))]
+    tables = {}
+    for name in _TABLES:
+        parts = _read_tables([folder / f"{i}.{name}.parquet" for folder, i in files])
+        if parts is None:  # a damaged entry: find which, read the others one by one
+            if len(folders) == 1:
+                return [None]
+            return [_with_tables([f], [e])[0] for f, e in zip(folders, entries)]
+        tables[name] = parts
+    out: list[list[RankTrace] | None] = []
+    k = 0
+    for e in entries:
+        if e is None:
+            out.append(None)
+            continue
+        traces = []
+        for entry in e:
+            traces.append(RankTrace(meta=entry["meta"], steps_on_gpu=entry["steps_on_gpu"],
+                                    **{name: tables[name][k] for name in _TABLES}))
+            k += 1
+        out.append(traces)
+    return out
+
+
+class _RawGroup(msgspec.Struct):
+    name: str
+    desc: str
+    ranks: msgspec.Raw  # left undecoded: thousands of ranks repeat the same member lists
+
+
+def _manifest_decoder() -> msgspec.json.Decoder:
+    """Decodes a manifest into typed entries whose process groups keep their member lists as raw JSON."""
+    hints = typing.get_type_hints(RankMeta)
+    meta = msgspec.defstruct("_RawMeta", [(f.name, tuple[_RawGroup, ...] if f.name == "process_groups"
+                                           else hints[f.name]) for f in dataclasses.fields(RankMeta)])
+    entry = msgspec.defstruct("_RawEntry", [("meta", meta), ("steps_on_gpu", bool)])
+    return msgspec.json.Decoder(list[entry])
+
+
+_DECODE_MANIFEST = _manifest_decoder()
+_META_FIELDS = tuple(f.name for f in dataclasses.fields(RankMeta))
+
+
+def _manifest(folder: Path, shared: dict[tuple[str, str, bytes], ProcessGroup]) -> list[dict] | None:
+    """The entry's metadata; each process group is decoded once and is the one object ``shared`` holds
+    for it, so thousands of ranks listing the same world group cost one copy (memory flat in ranks)."""
     try:
-        entries = json.loads(manifest.read_text())
-        out = []
-        for i, entry in enumerate(entries):
-            tables = {name: pl.read_parquet(folder / f"{i}.{name}.parquet") for name in _TABLES}
-            meta = entry["meta"]
-            meta["process_groups"] = tuple(
-                ProcessGroup(g["name"], g["desc"], tuple(g["ranks"])) for g in meta["process_groups"]
-            )
-            meta["devices"] = tuple(meta["devices"])
-            meta["versions"] = tuple(tuple(v) for v in meta["versions"])
-            meta["warnings"] = tuple(meta["warnings"])
-            out.append(RankTrace(meta=RankMeta(**meta), steps_on_gpu=entry["steps_on_gpu"], **tables))
-        return out
-    except (OSError, ValueError, KeyError, TypeError, pl.exceptions.PolarsError):
-        return None  # a damaged cache entry is rebuilt, never trusted
+        entries = []
+        for raw in _DECODE_MANIFEST.decode((folder / "manifest.json").read_bytes()):
+            m = raw.meta
+            groups = []
+            for g in m.process_groups:
+                key = (g.name, g.desc, bytes(g.ranks))
+                pg = shared.get(key)
+                if pg is None:
+                    pg = shared[key] = ProcessGroup(g.name, g.desc, msgspec.json.decode(g.ranks, type=tuple[int, ...]))
+                groups.append(pg)
+            fields = {f: getattr(m, f) for f in _META_FIELDS}
+            fields["process_groups"] = tuple(groups)
+            entries.append({"meta": RankMeta(**fields), "steps_on_gpu": raw.steps_on_gpu})
+        return entries
+    except (OSError, ValueError, KeyError, TypeError, msgspec.DecodeError):
+        return None  # absent, or a damaged cache entry: rebuilt, never trusted
+
+
+def _read_tables(paths: list[Path]) -> list[pl.DataFrame] | None:
+    """The Parquet files' tables, read in one go when their schemas agree (one by one otherwise)."""
+    if not paths:
+        return []
+    try:
+        if len(paths) > 1:
+            try:
+                both = pl.read_parquet(paths, include_file_paths="_file")
+            except pl.exceptions.SchemaError:
+                both = None
+            if both is not None:
+                counts = dict(both.group_by("_file").len().iter_rows())
+                if sum(counts.get(str(p), 0) for p in paths) != both.height:
+                    raise OSError("file names did not come back as given")
+                both = both.drop("_file").rechunk()  # one chunk: each slice below is O(1)
+                out, offset = [], 0
+                for p in paths:
+                    n = counts.get(str(p), 0)
+                    out.append(both.slice(offset, n))
+                    offset += n
+                return out
+        return [pl.read_parquet(p) for p in paths]
+    except (OSError, pl.exceptions.PolarsError):
+        return None
 
 
 def _store(folder: Path, traces: list[RankTrace]) -> None:
@@ -104,8 +187,9 @@ def _store(folder: Path, traces: list[RankTrace]) -> None:
         for i, t in enumerate(traces):
             for name in _TABLES:
                 getattr(t, name).write_parquet(tmp / f"{i}.{name}.parquet", compression="lz4")
-            entries.append({"meta": asdict(t.meta), "steps_on_gpu": t.steps_on_gpu})
-        (tmp / "manifest.json").write_text(json.dumps(entries))
+            entries.append({"meta": t.meta, "steps_on_gpu": t.steps_on_gpu})
+        # msgspec writes the dataclass as asdict + json.dumps would, without deep-copying every member rank
+        (tmp / "manifest.json").write_bytes(msgspec.json.encode(entries))
         if folder.exists():
             shutil.rmtree(folder, ignore_errors=True)
         os.replace(tmp, folder)  # atomic: concurrent readers see a whole entry or none

@@ -12,22 +12,30 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from ..coverage import Coverage
+from ..coverage import RankAxis, RankedCoverage
 from ..timeline import BUSY_KINDS
 
 
 @dataclass(frozen=True)
 class RankCoverage:
-    comm: Coverage
-    compute: Coverage
-    busy: Coverage
-    comm_or_compute: Coverage
+    """Every rank's unions (all streams and devices of a rank together) on one shared axis."""
 
-    def measure(self, a: np.ndarray, b: np.ndarray) -> dict[str, np.ndarray]:
-        comm = self.comm.within(a, b)
-        compute = self.compute.within(a, b)
-        cc = self.comm_or_compute.within(a, b)
-        busy = self.busy.within(a, b)
+    axis: RankAxis
+    comm: RankedCoverage
+    compute: RankedCoverage
+    busy: RankedCoverage
+    comm_or_compute: RankedCoverage
+
+    def index(self, rank: np.ndarray) -> np.ndarray:
+        """Axis position of each rank; -1 for a rank without GPU activity."""
+        return self.axis.index(rank)
+
+    def measure(self, idx: np.ndarray, a: np.ndarray, b: np.ndarray) -> dict[str, np.ndarray]:
+        """The breakdown of windows [a_i, b_i] of the ranks at axis positions idx_i (>= 0)."""
+        comm = self.comm.within(idx, a, b)
+        compute = self.compute.within(idx, a, b)
+        cc = self.comm_or_compute.within(idx, a, b)
+        busy = self.busy.within(idx, a, b)
         span = b - a
         overlapped = comm + compute - cc
         return {
@@ -49,54 +57,40 @@ METRIC_COLUMNS = (
 )
 
 
-def coverages(gpu: pl.DataFrame) -> dict[int, RankCoverage]:
-    """One set of unions per rank (all streams and devices of the rank together)."""
-    out: dict[int, RankCoverage] = {}
+def coverages(gpu: pl.DataFrame) -> RankCoverage:
+    """The unions of every rank with GPU activity, built at once."""
     busy_rows = gpu.filter(pl.col("kind").is_in(BUSY_KINDS))
-    for (rank,), part in busy_rows.partition_by("rank", as_dict=True, maintain_order=True).items():
-        s = part["start_ns"].to_numpy()
-        e = part["end_ns"].to_numpy()
-        kind = part["kind"].to_numpy()
-        is_comm = kind == "comm"
-        is_compute = kind == "compute"
-        out[int(rank)] = RankCoverage(
-            comm=Coverage.of(s[is_comm], e[is_comm]),
-            compute=Coverage.of(s[is_compute], e[is_compute]),
-            busy=Coverage.of(s, e),
-            comm_or_compute=Coverage.of(s[is_comm | is_compute], e[is_comm | is_compute]),
-        )
-    return out
-
-
-def rank_totals(gpu: pl.DataFrame, covs: dict[int, RankCoverage]) -> pl.DataFrame:
-    """Whole captured window per rank: from its first to its last GPU event."""
-    bounds = (
-        gpu.filter(pl.col("kind").is_in(BUSY_KINDS))
-        .group_by("rank")
-        .agg(pl.col("start_ns").min().alias("a"), pl.col("end_ns").max().alias("b"))
-        .sort("rank")
+    rank = busy_rows["rank"].to_numpy()
+    s = busy_rows["start_ns"].to_numpy()
+    e = busy_rows["end_ns"].to_numpy()
+    kind = busy_rows["kind"].to_numpy()
+    axis = RankAxis.of(rank, s, e)
+    is_comm = kind == "comm"
+    is_compute = kind == "compute"
+    cc = is_comm | is_compute
+    return RankCoverage(
+        axis=axis,
+        comm=RankedCoverage.of(axis, rank[is_comm], s[is_comm], e[is_comm]),
+        compute=RankedCoverage.of(axis, rank[is_compute], s[is_compute], e[is_compute]),
+        busy=RankedCoverage.of(axis, rank, s, e),
+        comm_or_compute=RankedCoverage.of(axis, rank[cc], s[cc], e[cc]),
     )
-    rows = []
-    for rank, a, b in bounds.iter_rows():
-        m = covs[rank].measure(np.array([a]), np.array([b]))
-        rows.append({"rank": rank, "window_start_ns": a, **{k: int(v[0]) for k, v in m.items()}})
+
+
+def rank_totals(gpu: pl.DataFrame, covs: RankCoverage) -> pl.DataFrame:
+    """Whole captured window per rank: from its first to its last GPU event."""
+    ax = covs.axis
+    idx = np.arange(ax.ranks.size)
+    m = covs.measure(idx, ax.lo, ax.hi)
     schema = {"rank": pl.Int32, "window_start_ns": pl.Int64, **{c: pl.Int64 for c in METRIC_COLUMNS}}
-    return pl.DataFrame(rows, schema=schema)
+    return pl.DataFrame({"rank": ax.ranks, "window_start_ns": ax.lo, **m}, schema=schema)
 
 
-def step_breakdown(steps: pl.DataFrame, covs: dict[int, RankCoverage]) -> pl.DataFrame:
-    """The same measures inside each step window."""
+def step_breakdown(steps: pl.DataFrame, covs: RankCoverage) -> pl.DataFrame:
+    """The same measures inside each step window (steps of ranks without GPU activity are left out)."""
     schema = {"rank": pl.Int32, "step": pl.Int64, "start_ns": pl.Int64, **{c: pl.Int64 for c in METRIC_COLUMNS}}
-    parts = []
-    for (rank,), part in steps.partition_by("rank", as_dict=True, maintain_order=True).items():
-        if rank not in covs:
-            continue
-        a = part["start_ns"].to_numpy()
-        b = part["end_ns"].to_numpy()
-        m = covs[int(rank)].measure(a, b)
-        parts.append(
-            pl.DataFrame(
-                {"rank": part["rank"], "step": part["step"], "start_ns": part["start_ns"], **m}, schema=schema
-            )
-        )
-    return pl.concat(parts) if parts else pl.DataFrame(schema=schema)
+    idx = covs.index(steps["rank"].to_numpy())
+    kept = steps.filter(pl.Series(idx >= 0))
+    idx = idx[idx >= 0]
+    m = covs.measure(idx, kept["start_ns"].to_numpy(), kept["end_ns"].to_numpy())
+    return pl.DataFrame({"rank": kept["rank"], "step": kept["step"], "start_ns": kept["start_ns"], **m}, schema=schema)

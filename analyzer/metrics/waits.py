@@ -101,46 +101,80 @@ def rank_table(rows: pl.DataFrame, ranks: list[int]) -> pl.DataFrame:
                             ("wait_ns", "instances", "caused_wait_ns", "last_count", "steps_last", "steps_seen"))
 
 
-def exposed_split(rows: pl.DataFrame, covs: dict[int, RankCoverage], windows: pl.DataFrame) -> pl.DataFrame:
-    """Exposed comm split into wait and transfer, per (rank, window).
+def exposed_split(rows: pl.DataFrame, covs: RankCoverage, windows: pl.DataFrame) -> pl.DataFrame:
+    """Exposed comm split into wait and transfer, per (rank, window), for all ranks at once.
 
     Each comm kernel's exposed part (not under compute) is split in proportion wait/d; the per-kernel
     parts are then scaled to the window's exposed union so wait + transfer = exposed exactly.
     Unmatched kernels count as transfer (no peer to wait for is known).
-    ``windows``: rank, key, start_ns, end_ns, exposed_comm_ns.
+    ``windows``: rank, key, start_ns, end_ns, exposed_comm_ns; a negative key marks a whole-window row.
+    Ranks without comm kernels or without GPU activity get no rows.
     """
-    kern = rows.select("rank", "start_ns", "end_ns", "wait_ns")
-    out = []
-    for (rank,), part in kern.partition_by("rank", as_dict=True, maintain_order=True).items():
-        cov = covs.get(int(rank))
-        w = windows.filter(pl.col("rank") == rank)
-        if cov is None or w.height == 0:
-            continue
-        s = part["start_ns"].to_numpy()
-        e = part["end_ns"].to_numpy()
-        wait = part["wait_ns"].fill_null(0).to_numpy().astype(np.float64)
-        for key, a, b, exposed in w.select("key", "start_ns", "end_ns", "exposed_comm_ns").iter_rows():
-            cs, ce = np.clip(s, a, b), np.clip(e, a, b)
-            d = (ce - cs).astype(np.float64)
-            mask = d > 0
-            if not mask.any() or exposed <= 0:
-                out.append((rank, key, 0.0, float(max(exposed, 0))))
-                continue
-            kexp = d[mask] - cov.compute.within(cs[mask], ce[mask])
-            full = (e - s)[mask].astype(np.float64)
-            frac = np.divide(np.minimum(wait[mask], full), full, out=np.zeros_like(full), where=full > 0)
-            ew = float((kexp * frac).sum())
-            total = float(kexp.sum())
-            scale = exposed / total if total > 0 else 0.0
-            ew *= scale
-            out.append((rank, key, ew, exposed - ew))
+    schema = {"rank": pl.Int32, "key": pl.Int64, "exposed_wait_ns": pl.Float64, "exposed_transfer_ns": pl.Float64}
+    kern = rows.select("rank", "start_ns", "end_ns", pl.col("wait_ns").fill_null(0))
+    w = (
+        windows.filter(pl.col("rank").is_in(kern["rank"].unique().implode()))
+        .with_row_index("_w").sort("rank", "_w")  # rank by rank, each rank's windows in their order
+    )
+    widx = covs.index(w["rank"].to_numpy())
+    w = w.filter(pl.Series(widx >= 0))
+    widx = widx[widx >= 0]
+    kern = kern.filter(pl.col("end_ns") > pl.col("start_ns"))  # an empty kernel has no exposed part
+    kidx = covs.index(kern["rank"].to_numpy())
+    kern = kern.filter(pl.Series(kidx >= 0))
+    kidx = kidx[kidx >= 0]
+    a, b = w["start_ns"].to_numpy(), w["end_ns"].to_numpy()
+    exposed = w["exposed_comm_ns"].to_numpy()
+    s, e = kern["start_ns"].to_numpy(), kern["end_ns"].to_numpy()
+    wait = kern["wait_ns"].to_numpy().astype(np.float64)
+
+    k, j = _overlapping_pairs(covs, kidx, s, e, widx, a, b, w["key"].to_numpy() < 0)
+    cs, ce = np.clip(s[k], a[j], b[j]), np.clip(e[k], a[j], b[j])
+    d = (ce - cs).astype(np.float64)
+    mask = d > 0
+    k, j, cs, ce, d = k[mask], j[mask], cs[mask], ce[mask], d[mask]
+    kexp = d - covs.compute.within(kidx[k], cs, ce)
+    full = (e - s)[k].astype(np.float64)
+    frac = np.divide(np.minimum(wait[k], full), full, out=np.zeros_like(full), where=full > 0)
+    n = w.height
+    ew = np.bincount(j, weights=kexp * frac, minlength=n)
+    total = np.bincount(j, weights=kexp, minlength=n)
+    seen = np.bincount(j, minlength=n) > 0
+    scale = np.divide(exposed, total, out=np.zeros(n), where=total > 0)
+    ew = np.where(seen & (exposed > 0), ew * scale, 0.0)
+    transfer = np.where(seen & (exposed > 0), exposed - ew, np.maximum(exposed, 0).astype(np.float64))
     return pl.DataFrame(
-        out, schema={"rank": pl.Int32, "key": pl.Int64, "exposed_wait_ns": pl.Float64, "exposed_transfer_ns": pl.Float64},
-        orient="row",
+        {"rank": w["rank"], "key": w["key"], "exposed_wait_ns": ew, "exposed_transfer_ns": transfer}, schema=schema
     )
 
 
-def lateness_cause(rows: pl.DataFrame, covs: dict[int, RankCoverage], rank: int) -> dict[str, float]:
+def _overlapping_pairs(covs: RankCoverage, kidx: np.ndarray, s: np.ndarray, e: np.ndarray, widx: np.ndarray,
+                       a: np.ndarray, b: np.ndarray, whole: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(kernel, window) index pairs of the same rank: every pair that overlaps, and a few that do not.
+
+    On the shared axis a rank's windows sorted by start are searched for those starting before the
+    kernel ends and, by the running maximum of their ends, ending after it starts. Whole-window rows
+    are searched apart from the steps, whose windows follow one another, so a kernel meets ~1-2 steps.
+    """
+    ax = covs.axis
+    ps, pe = ax.place(kidx, s), ax.place(kidx, e)
+    ks, js = [], []
+    for layer in (whole, ~whole):  # two layers, not a loop over ranks
+        cand = np.flatnonzero(layer)
+        pa, pb = ax.place(widx[cand], a[cand]), ax.place(widx[cand], b[cand])
+        order = np.argsort(pa, kind="stable")
+        run_end = np.maximum.accumulate(pb[order]) if order.size else pb
+        lo = np.searchsorted(run_end, ps, side="right")
+        hi = np.searchsorted(pa[order], pe, side="left")
+        count = np.maximum(hi - lo, 0)
+        k = np.repeat(np.arange(s.size), count)
+        first = np.repeat(lo - (np.cumsum(count) - count), count)
+        ks.append(k)
+        js.append(cand[order[first + np.arange(k.size)]])
+    return np.concatenate(ks), np.concatenate(js)
+
+
+def lateness_cause(rows: pl.DataFrame, covs: RankCoverage, rank: int) -> dict[str, float]:
     """What the late rank's GPU did while the others already waited: compute or nothing (host).
 
     Its lateness windows [start − L, start] (L: the longest wait it caused in that instance) overlap
@@ -153,22 +187,24 @@ def lateness_cause(rows: pl.DataFrame, covs: dict[int, RankCoverage], rank: int)
         .group_by("instance").agg(pl.col("wait_ns").max().alias("L"))
     )
     mine = rows.filter((pl.col("last_rank") == rank) & (pl.col("rank") == rank)).join(lateness, on="instance")
-    cov = covs.get(rank)
-    if cov is None or mine.height == 0:
+    idx = int(covs.index(np.array([rank]))[0])
+    if idx < 0 or mine.height == 0:
         return {"late_ns": 0.0, "compute_ns": 0.0, "idle_ns": 0.0, "excess_compute_ns": 0.0, "steps": 0.0}
     s = mine["start_ns"].to_numpy()
     windows = Coverage.of(s - mine["L"].to_numpy(), s)
     a, b = windows.starts, windows.ends
+    at = np.full(a.size, idx)
     union = float((b - a).sum())
     # how late it was: per step, the longest wait it caused (the step's collectives wait for the same delay)
     late = float(mine.group_by("step").agg(pl.col("L").max())["L"].sum())
-    busy = float(cov.busy.within(a, b).sum())
-    peers = [c.compute.total for r, c in covs.items() if r != rank]
-    excess = cov.compute.total - float(np.median(peers)) if peers else 0.0
+    busy = float(covs.busy.within(at, a, b).sum())
+    compute = covs.compute.totals()
+    peers = np.delete(compute, idx)
+    excess = compute[idx] - float(np.median(peers)) if peers.size else 0.0
     return {
         "late_ns": late,
-        "compute_ns": float(cov.compute.within(a, b).sum()),
+        "compute_ns": float(covs.compute.within(at, a, b).sum()),
         "idle_ns": union - busy,
-        "excess_compute_ns": max(excess, 0.0),
+        "excess_compute_ns": max(float(excess), 0.0),
         "steps": float(mine["step"].n_unique()),
     }
