@@ -176,7 +176,7 @@ def test_clicking_a_rank_filters_the_views(browser, url, sample):
         before = w.timeline()
         step = int(sample.steps["step"].min())
         w.page.locator("#step-select").click()
-        w.page.get_by_text(f"step {step}", exact=True).click()
+        w.page.get_by_role("option", name=f"step {step}", exact=True).click()
         w.wait_change(before)
         title = w.page.evaluate("() => document.querySelector('#timeline .js-plotly-plot').layout.title.text")
         assert "–" in title
