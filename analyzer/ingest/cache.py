@@ -22,7 +22,7 @@ from . import Reader, reader_for
 from .discover import TraceFile
 from .options import ReadOptions
 
-PARSER_VERSION = "3"  # bump when a reader's tables change: old entries are then ignored
+PARSER_VERSION = "5"  # bump when a reader's tables change: old entries are then ignored (4: taken on another branch)
 _TABLES = ("gpu", "cpu", "comm_calls", "steps")
 
 

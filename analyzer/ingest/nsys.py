@@ -154,7 +154,9 @@ def _read(conn: sqlite3.Connection, source: Path, options: ReadOptions) -> list[
                          "profile with CUDA tracing on: nsys profile --trace=cuda,nvtx ...")
     runtime = _runtime(conn, schema, warnings)
     gpu = _fill_pid(gpu, runtime, "globalPid" in schema.cols("CUPTI_ACTIVITY_KIND_KERNEL"), warnings)
-    ranges = nsys_nvtx.read_ranges(conn, schema, warnings)
+    # CUDA API calls a table reads: those of this process whose correlation is on its GPU rows
+    runtime = runtime.join(gpu.select("pid", "correlation").unique(), on=["pid", "correlation"], how="semi")
+    ranges = nsys_nvtx.read_ranges(conn, schema, warnings, options.step_marker)
     calls = nsys_nvtx.comm_calls(ranges)
     steps = nsys_nvtx.steps(ranges, options.step_marker)
     if options.step_marker and steps.height == 0:
