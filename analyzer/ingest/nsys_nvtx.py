@@ -100,9 +100,10 @@ def _wanted(cols: frozenset[str], strings: bool, nccl_domains: list[int], marker
     if nccl_domains and "domainId" in cols:
         conds.append(f"n.domainId IN ({', '.join(str(int(d)) for d in nccl_domains)})")
     if "text" in cols:
-        conds += [f"n.text GLOB '{texts}'", "n.text LIKE '%ProfilerStep#%'"]
+        conds += [f"n.text GLOB '{texts}'", "instr(n.text, 'ProfilerStep#') > 0"]
     if "textId" in cols and strings:
-        conds.append(f"n.textId IN (SELECT id FROM StringIds WHERE value GLOB '{texts}' OR value LIKE '%ProfilerStep#%')")
+        conds.append(f"n.textId IN (SELECT id FROM StringIds WHERE value GLOB '{texts}' "
+                     "OR instr(value, 'ProfilerStep#') > 0)")
     return f" AND ({' OR '.join(conds)})" if conds else " AND 0"
 
 

@@ -13,6 +13,7 @@ import sqlite3
 import struct
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
@@ -105,29 +106,36 @@ def connect(path: Path) -> sqlite3.Connection:
 
 
 class Connection(sqlite3.Connection):
-    """A read-only export; bulk queries also go through an Arrow-native reader (ADBC) when installed."""
+    """A read-only export; bulk queries also go through an Arrow-native reader (ADBC) when installed.
+
+    The low-level ADBC driver manager hands polars an Arrow C stream directly (no pyarrow import,
+    no Python object per row).
+    """
 
     uri: str | None = None
-    _arrow: object | None = None
+    _adbc: tuple[Any, Any] | None = None
 
-    def arrow(self) -> object | None:
+    def arrow(self) -> Any | None:
         """The ADBC connection to the same file (opened once), or None when the driver is not installed."""
-        if self._arrow is None and self.uri is not None:
+        if self._adbc is None and self.uri is not None:
             try:
-                import adbc_driver_sqlite.dbapi as adbc
+                import adbc_driver_manager
+                import adbc_driver_sqlite
             except ImportError:
                 self.uri = None
                 return None
-            self._arrow = adbc.connect(self.uri)
-        return self._arrow
+            db = adbc_driver_manager.AdbcDatabase(driver=adbc_driver_sqlite._driver_path(), uri=self.uri)
+            self._adbc = (db, adbc_driver_manager.AdbcConnection(db))
+        return self._adbc[1] if self._adbc else None
 
     def close(self) -> None:
-        if self._arrow is not None:
-            try:
-                self._arrow.close()  # type: ignore[attr-defined]
-            except Exception:  # noqa: BLE001 - closing must not mask the reader's own error
-                pass
-            self._arrow = None
+        if self._adbc is not None:
+            for handle in reversed(self._adbc):
+                try:
+                    handle.close()
+                except Exception:  # noqa: BLE001 - closing must not mask the reader's own error
+                    pass
+            self._adbc = None
         super().close()
 
 
@@ -216,16 +224,19 @@ def _fetch_arrow(conn: sqlite3.Connection, sql: str, schema: dict[str, pl.DataTy
     arrow = conn.arrow() if isinstance(conn, Connection) else None
     if arrow is None:
         return None
+    import adbc_driver_manager
+
     try:
-        cur = arrow.cursor()  # type: ignore[attr-defined]
+        stmt = adbc_driver_manager.AdbcStatement(arrow)
         try:
-            cur.execute(sql)
-            table = cur.fetch_arrow_table()
+            stmt.set_sql_query(sql)
+            stream, _ = stmt.execute_query()
+            df = pl.DataFrame(stream)  # the Arrow C stream, read by polars
         finally:
-            cur.close()
-        table.validate(full=True)  # SQLite does not check UTF-8: damaged text must not reach polars
-        df = pl.from_arrow(table)
-        assert isinstance(df, pl.DataFrame)
+            stmt.close()
+        for name, dtype in df.schema.items():  # SQLite does not check UTF-8 and neither does the import:
+            if dtype == pl.Utf8:  # damaged text must fail here (ComputeError), not panic later
+                df[name].cast(pl.Binary).cast(pl.Utf8)
         df.columns = list(schema)
         return df.cast(schema, strict=False)  # type: ignore[arg-type]
     except (Exception, pl.exceptions.PanicException):  # noqa: BLE001 - any refusal: the sqlite3 path reads
