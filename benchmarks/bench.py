@@ -231,6 +231,7 @@ def main() -> int:
     ap.add_argument("--skip-nsys", action="store_true")
     ap.add_argument("--skip-floor", action="store_true")
     ap.add_argument("--skip-big", action="store_true", help="no 500 MB-per-rank rows")
+    ap.add_argument("--skip-generated-big", action="store_true", help="no generated 4 x 500 MB rows (~5 min to write)")
     args = ap.parse_args()
     names = args.only if args.only is not None else list(REAL)
     rows: list[tuple[str, str, str]] = []
@@ -246,7 +247,7 @@ def main() -> int:
         mix = describe(path)
         emit(f"{name}, cold", mix, spread(*runs(path, args.runs, cached=False)))
         emit(f"{name}, from the cache", mix, spread(*runs(path, args.runs, cached=True)))
-    if not args.skip_generated and not args.skip_big:
+    if not args.skip_generated and not args.skip_big and not args.skip_generated_big:
         big = workload("r4x500", 4, 500)
         mix = describe(big)
         emit("generated (python noise), cold", mix, spread(*runs(big, args.runs, cached=False)))
