@@ -1,18 +1,26 @@
-"""commscope benchmarks: cold/cached ``analyze``, msgspec floor, HTA, rank scaling -> a Markdown table.
+"""commscope benchmarks on real event composition and on generated traces -> a Markdown table.
 
-    python -m benchmarks.bench                 # everything (~10 min on 2 cores, first run generates ~3 GB)
-    python -m benchmarks.bench --skip-scale --skip-hta --runs 1
+    python -m benchmarks.bench --hta-python /tmp/htaenv/bin/python    # everything (~30 min on 2 cores)
+    python -m benchmarks.bench --only fsdp_balanced --skip-hta --runs 1
 
-Workloads are generated into benchmarks/data/ (git-ignored) by benchmarks/gen.py and reused.
-Wall time is the median of ``--runs`` runs of ``python -m analyzer.cli analyze`` in a subprocess; peak
-memory is the largest sum of RSS over the process tree (workers included), sampled every 20 ms.
+Inputs (written once into benchmarks/data/, git-ignored):
+- every real Kineto set -- the shared H200 captures (ddp_balanced, fsdp_balanced, hybrid_tp_dp), the
+  project's own H200 stragglers (compute_straggler, host_straggler), TraceLens' B200 and MI300 single
+  ranks, HTA's two sampled ranks of a 128-rank job -- scaled to the target size by replicating their
+  steps in time (``benchmarks/replicate.py``: exact timestamp shifts, ids kept unique and linked);
+- the generated workload (``benchmarks/gen.py``: generator steps plus python_function/cpu_op noise),
+  one row among the others;
+- the shared 2-GPU Nsight export replicated 200x in time (``benchmarks/replicate_nsys.py``).
+Each row gives the input's event mix (share of cuda_runtime, ac2g, cpu_op, kernel, python_function,
+other). Wall time is the median of ``--runs`` runs of ``python -m analyzer.cli analyze`` in a subprocess,
+with the spread (min-max); peak memory is the largest sum of RSS over the process tree (workers
+included), sampled every 20 ms. The machine's load average is printed before and after.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
-import json
 import os
 import shutil
 import statistics
@@ -42,20 +50,38 @@ def workload(name: str, ranks: int, mb: float, real_share: float = 0.15) -> Path
     return out
 
 
+CPU_SECONDS: list[float] = []  # CPU time (user + sys) of each measured command's process tree
+
+
 def measure(cmd: list[str], env: dict[str, str], cwd: Path = ROOT) -> tuple[float, float]:
-    """(wall s, peak MB of the whole process tree)."""
+    """(wall s, peak MB of the whole process tree); its CPU seconds are appended to ``CPU_SECONDS``.
+
+    CPU time is each process's last sampled user + system time, summed over every process seen in
+    the tree (parse workers are grandchildren that ``getrusage`` would not count).
+    """
     t = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     root = psutil.Process(proc.pid)
     peak = 0
+    cpu: dict[int, float] = {}
     while proc.poll() is None:
         try:
             procs = [root, *root.children(recursive=True)]
-            peak = max(peak, sum(p.memory_info().rss for p in procs if p.is_running()))
         except psutil.Error:
-            pass
+            procs = []
+        rss = 0
+        for p in procs:
+            try:
+                with p.oneshot():
+                    rss += p.memory_info().rss
+                    c = p.cpu_times()
+                    cpu[p.pid] = c.user + c.system
+            except psutil.Error:
+                pass
+        peak = max(peak, rss)
         time.sleep(0.02)
     wall = time.perf_counter() - t
+    CPU_SECONDS.append(sum(cpu.values()))
     if proc.returncode:
         raise RuntimeError(f"{cmd} failed: {proc.stderr.read().decode()[-2000:] if proc.stderr else ''}")
     return wall, peak / 2**20
@@ -65,7 +91,8 @@ def analyze_cmd(path: Path, *extra: str) -> list[str]:
     return [sys.executable, "-m", "analyzer.cli", "analyze", str(path), "--format", "json", "-o", os.devnull, *extra]
 
 
-def runs(path: Path, n: int, cached: bool, extra: tuple[str, ...] = ()) -> tuple[float, float]:
+def runs(path: Path, n: int, cached: bool, extra: tuple[str, ...] = ()) -> tuple[list[float], list[float]]:
+    """(wall s of each run, peak MB of each run)."""
     walls, peaks = [], []
     cache = Path(tempfile.mkdtemp(prefix="commscope-bench-"))
     env = {**os.environ, "COMMSCOPE_CACHE_DIR": str(cache)}
@@ -80,7 +107,15 @@ def runs(path: Path, n: int, cached: bool, extra: tuple[str, ...] = ()) -> tuple
             peaks.append(p)
     finally:
         shutil.rmtree(cache, ignore_errors=True)
-    return statistics.median(walls), max(peaks)
+    return walls, peaks
+
+
+def spread(walls: list[float], peaks: list[float]) -> str:
+    """Median wall (min-max), median CPU seconds of the process tree, largest peak."""
+    med = statistics.median(walls)
+    rng = f" ({min(walls):.2f}-{max(walls):.2f})" if len(walls) > 1 else ""
+    cpu = statistics.median(CPU_SECONDS[-len(walls):])
+    return f"{med:.2f} s{rng}, CPU {cpu:.1f} s, peak {max(peaks):.0f} MB"
 
 
 class _Floor(msgspec.Struct, gc=False):
@@ -133,50 +168,134 @@ def hta(path: Path, python: str) -> tuple[float, float] | str:
         return f"failed: {str(exc)[-200:]}"
 
 
+SHARED = ROOT.parent / "shared" / "traces"
+# name -> (source folder or file, MB per rank of the big rows, MB per rank of the HTA rows)
+REAL = {
+    "fsdp_balanced": (SHARED / "gpu_h200" / "fsdp_balanced", 500, 50),
+    "ddp_balanced": (SHARED / "gpu_h200" / "ddp_balanced", 500, 50),
+    "hybrid_tp_dp": (SHARED / "gpu_h200" / "hybrid_tp_dp", 500, 50),
+    "compute_straggler": (ROOT / "sample_traces" / "gpu_h200" / "compute_straggler", None, 50),
+    "host_straggler": (ROOT / "sample_traces" / "gpu_h200" / "host_straggler", None, 50),
+    "tracelens_b200": (SHARED / "tracelens" / "b200_eager_trace.json.gz", 500, None),
+    "tracelens_mi300": (SHARED / "tracelens" / "mi300_resnet_act_checkpoint.json.gz", 500, None),
+    "hta_sampled": (SHARED / "hta" / "trace_filter", 500, None),
+}
+NSYS_SRC = SHARED / "nsys" / "mfu_2gpu_before.sqlite"
+
+
+def real_workload(name: str, mb: float) -> Path:
+    from benchmarks.replicate import replicate_dir
+
+    src = REAL[name][0]
+    out = DATA / "real" / f"{name}-{mb:g}mb"
+    want = len([p for p in src.glob("*.json*") if p.name != "ground_truth.json"]) if src.is_dir() else 1
+    if len(list(out.glob("*.json"))) != want:
+        shutil.rmtree(out, ignore_errors=True)
+        t = time.perf_counter()
+        replicate_dir(src, out, mb)
+        print(f"replicated {name} to {mb:g} MB per rank in {time.perf_counter() - t:.0f} s", file=sys.stderr)
+    return out
+
+
+def nsys_workload(copies: int = 200) -> Path:
+    from benchmarks.replicate_nsys import replicate
+
+    out = DATA / "real" / f"nsys_mfu_x{copies}.sqlite"
+    if not out.exists():
+        replicate(NSYS_SRC, out, copies)
+    return out
+
+
+def describe(path: Path) -> str:
+    """'4 x 513 MB, 1.9 M events/rank; rt 29% ac2g 34% ...' for a folder of Kineto files."""
+    from benchmarks.replicate import event_mix, mix_text
+
+    files = sorted(path.glob("*.json"))
+    size = sum(p.stat().st_size for p in files) / len(files) / 1e6
+    return f"{len(files)} x {size:.0f} MB; {mix_text(event_mix(files[0]))}"
+
+
+def load() -> str:
+    one, five, _ = os.getloadavg()
+    return f"load average {one:.1f} (1 min), {five:.1f} (5 min) on {os.cpu_count()} cores"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--only", nargs="*", default=None, help="real sets to run (default: all)")
     ap.add_argument("--skip-hta", action="store_true")
     # HTA 0.5.0 fails under pandas 3; point this at an environment with pandas<3 (see README)
     ap.add_argument("--hta-python", default=os.environ.get("HTA_PYTHON", sys.executable))
-    ap.add_argument("--skip-scale", action="store_true")
-    ap.add_argument("--scale-ranks", type=int, default=256)
-    ap.add_argument("--scale-mb", type=float, default=20)
+    ap.add_argument("--skip-generated", action="store_true")
+    ap.add_argument("--skip-nsys", action="store_true")
+    ap.add_argument("--skip-floor", action="store_true")
+    ap.add_argument("--skip-big", action="store_true", help="no 500 MB-per-rank rows")
+    ap.add_argument("--skip-generated-big", action="store_true", help="no generated 4 x 500 MB rows (~5 min to write)")
     args = ap.parse_args()
+    names = args.only if args.only is not None else list(REAL)
+    rows: list[tuple[str, str, str]] = []
+    print(f"start: {load()}", file=sys.stderr)
 
-    rows: list[tuple[str, str]] = []
-    big = workload("r4x500", 4, 500)
-    small = workload("r4x50", 4, 50)
-    size = sum(p.stat().st_size for p in big.glob("*.json")) / 1e6
-    ours, fl, events = floor(next(big.glob("rank0*")), args.runs)
-    rows.append(("parse 1 rank (545 MB), commscope / msgspec floor",
-                 f"{ours:.2f} s / {fl:.2f} s = {ours / fl:.2f}x the floor ({events / ours / 1e6:.2f} M events/s)"))
-    cold, cold_mb = runs(big, args.runs, cached=False)
-    rows.append((f"4 ranks x 500 MB ({size:.0f} MB, {4 * events / 1e6:.1f} M events) cold analyze",
-                 f"{cold:.2f} s, peak {cold_mb:.0f} MB, {4 * events / cold / 1e6:.2f} M events/s"))
-    warm, warm_mb = runs(big, args.runs, cached=True)
-    rows.append(("same, from the cache", f"{warm:.2f} s, peak {warm_mb:.0f} MB"))
-    s_cold, s_mb = runs(small, args.runs, cached=False)
-    rows.append(("4 ranks x 50 MB cold analyze", f"{s_cold:.2f} s, peak {s_mb:.0f} MB"))
-    if not args.skip_hta:
-        h = hta(small, args.hta_python)
-        rows.append(("HTA parse + overlap + temporal breakdown, 4 x 50 MB (one run)",
-                     f"{h[0]:.2f} s, peak {h[1]:.0f} MB -> commscope is {h[0] / s_cold:.1f}x faster"
-                     if isinstance(h, tuple) else h))
-    if not args.skip_scale:
-        # the same per-rank size at 1/16 of the ranks: peak memory must not grow with the rank count
-        for ranks in (max(2, args.scale_ranks // 16), args.scale_ranks):
-            scale = workload(f"r{ranks}x{args.scale_mb:g}", ranks, args.scale_mb, real_share=0.05)
-            w, mb = runs(scale, 1, cached=False)
-            rows.append((f"{ranks} ranks x {args.scale_mb:g} MB cold analyze", f"{w:.1f} s, peak {mb:.0f} MB"))
-            w, mb = runs(scale, 1, cached=True)
-            rows.append((f"{ranks} ranks x {args.scale_mb:g} MB from the cache", f"{w:.1f} s, peak {mb:.0f} MB"))
-    print(f"\ncpu cores: {os.cpu_count()}, runs: {args.runs} (median)\n")
-    print("| measurement | result |\n|---|---|")
-    for k, v in rows:
-        print(f"| {k} | {v} |")
-    print(json.dumps(dict(rows)), file=sys.stderr)
+    def emit(what: str, mix: str, result: str) -> None:
+        rows.append((what, mix, result))
+        print(f"| {what} | {mix} | {result} |", file=sys.stderr, flush=True)
+
+    big_sets = [n for n in names if REAL[n][1] and not args.skip_big]
+    for name in big_sets:
+        path = real_workload(name, REAL[name][1])
+        mix = describe(path)
+        emit(f"{name}, cold", mix, spread(*runs(path, args.runs, cached=False)))
+        emit(f"{name}, from the cache", mix, spread(*runs(path, args.runs, cached=True)))
+    if not args.skip_generated and not args.skip_big and not args.skip_generated_big:
+        big = workload("r4x500", 4, 500)
+        mix = describe(big)
+        emit("generated (python noise), cold", mix, spread(*runs(big, args.runs, cached=False)))
+        emit("generated (python noise), from the cache", mix, spread(*runs(big, args.runs, cached=True)))
+    hta_sets = [(n, real_workload(n, REAL[n][2])) for n in names if REAL[n][2]]
+    if not args.skip_generated:
+        hta_sets.append(("generated (python noise)", workload("r4x50", 4, 50)))
+    for name, path in hta_sets:
+        mix = describe(path)
+        walls, peaks = runs(path, args.runs, cached=False)
+        ours = statistics.median(walls)
+        result = spread(walls, peaks)
+        if not args.skip_hta:
+            h = hta(path, args.hta_python)
+            ours_cpu = statistics.median(CPU_SECONDS[-1 - len(walls):-1]) if isinstance(h, tuple) else 0.0
+            result += (f"; HTA {h[0]:.1f} s, CPU {CPU_SECONDS[-1]:.1f} s, peak {h[1]:.0f} MB: **{h[0] / ours:.1f}x** "
+                       f"wall, {CPU_SECONDS[-1] / ours_cpu:.1f}x CPU" if isinstance(h, tuple) else f"; HTA {h}")
+        emit(f"{name}, 4 x 50 MB cold vs HTA 0.5.0 (parse + overlap + temporal breakdown, one run)", mix, result)
+    if not args.skip_nsys:
+        db = nsys_workload()
+        mix = f"1 x {db.stat().st_size / 1e6:.0f} MB SQLite, 2 ranks; {_nsys_mix(db)}"
+        emit("Nsight export (mfu_2gpu_before x200), cold", mix, spread(*runs(db, args.runs, cached=False)))
+        emit("same, from the cache", mix, spread(*runs(db, args.runs, cached=True)))
+    if not args.skip_floor and "fsdp_balanced" in big_sets:
+        rank = next(real_workload("fsdp_balanced", 500).glob("rank0*"))
+        ours, fl, events = floor(rank, args.runs)
+        emit("parse of one fsdp_balanced rank (in-process) vs msgspec into 5-field structs",
+             describe(rank.parent).split("; ")[1],
+             f"{ours:.2f} s vs {fl:.2f} s = {ours / fl:.2f}x the floor ({events / 1e6:.2f} M events)")
+    print(f"end: {load()}", file=sys.stderr)
+    print(f"\n{load()}; runs: {args.runs} (median, min-max)\n")
+    print("| workload | input, event mix | commscope |\n|---|---|---|")
+    for what, mix, result in rows:
+        print(f"| {what} | {mix} | {result} |")
     return 0
+
+
+def _nsys_mix(db: Path) -> str:
+    import sqlite3
+
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        counts = {t: conn.execute(f'SELECT COUNT(*) FROM "{t}"').fetchone()[0] for t in (
+            "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS")}
+    finally:
+        conn.close()
+    k, r, n = (counts[t] / 1e6 for t in counts)
+    return f"{k:.2f} M kernels, {r:.2f} M runtime calls, {n:.2f} M NVTX ranges"
 
 
 if __name__ == "__main__":

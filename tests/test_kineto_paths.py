@@ -13,6 +13,7 @@ import random
 import string
 from pathlib import Path
 
+import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
@@ -57,6 +58,11 @@ def _doc(tricky: bool) -> dict:
         {"ph": "X", "cat": "cpu_op", "name": "ProfilerStep#99", "pid": 1, "tid": 1, "ts": t0 + 1, "dur": 2.0},
         {"args": {"device": 0, "stream": 7, "correlation": 1}, "ph": "X", "cat": "kernel", "name": "late_args",
          "pid": 0, "tid": 7, "ts": t0 + 2, "dur": 3.0},
+        # runtime calls: one whose correlation is on no GPU event (dropped), one on late_args' (kept)
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaEventQuery", "pid": 1, "tid": 1, "ts": t0, "dur": 1.0,
+         "args": {"cbid": 1, "correlation": 987654321}},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": t0, "dur": 1.0,
+         "args": {"External id": 5, "cbid": 211, "correlation": 1}},
     ]
     return doc
 
@@ -106,6 +112,29 @@ def test_all_paths_agree_on_every_layout(tmp_path: Path, layout: str, tricky: bo
         assert "late_args" in gpu["name"].to_list()
         assert gpu["name"].str.contains("lambda").sum() == 1
         assert 99 in traces["exact"].steps["step"].to_list()
+        cpu = traces["exact"].cpu
+        assert "cudaEventQuery" not in cpu["name"].to_list()
+        assert 1 in cpu.filter(pl.col("name") == "cudaLaunchKernel")["correlation"].to_list()
+
+
+def test_runtime_calls_kept_are_the_launches_of_gpu_work(tmp_path: Path) -> None:
+    """Every kept runtime call names a GPU event, and every GPU event's runtime call is kept (counted
+    independently from the document)."""
+    doc = _doc(False)
+    events = doc["traceEvents"]
+    gpu_cats = ("kernel", "gpu_memcpy", "gpu_memset", "cuda_sync")
+    gpu_corr = {e["args"]["correlation"] for e in events if e.get("cat") in gpu_cats}
+    runtime = [e for e in events if e.get("cat") in ("cuda_runtime", "cuda_driver")]
+    events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaStreamIsCapturing", "pid": 1, "tid": 1,
+                   "ts": runtime[0]["ts"], "dur": 1.0, "args": {"cbid": 317, "correlation": 10**9}})
+    want = sorted(e["args"]["correlation"] for e in runtime if e["args"].get("correlation") in gpu_corr)
+    path = tmp_path / "rank0.json"
+    path.write_text(json.dumps(doc))
+    traces = _paths(path)
+    assert "scan" in traces
+    _assert_same(traces)
+    got = traces["scan"].cpu.filter(pl.col("kind") == "runtime")["correlation"].sort().to_list()
+    assert got == want and len(want) >= len(gpu_corr) > 0
 
 
 @pytest.mark.parametrize("style", ["float", "int"])

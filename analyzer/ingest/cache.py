@@ -24,9 +24,9 @@ from . import Reader, reader_for
 from .discover import TraceFile
 from .options import ReadOptions
 
-# bump when a reader's tables change: old entries are then ignored (6: p2p peers and split sizes; 4 and 5 are
-# taken on other branches)
-PARSER_VERSION = "6"
+# bump when a reader's tables change: old entries are then ignored (7: p2p peers and split sizes, launches
+# of GPU work only, Nsight NCCL/step ranges only, impossible GPU times left for the loader to count)
+PARSER_VERSION = "7"
 _TABLES = ("gpu", "cpu", "comm_calls", "steps")
 
 

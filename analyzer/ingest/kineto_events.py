@@ -76,6 +76,15 @@ _CHUNK_EVENTS = msgspec.json.Decoder(list[_Event])
 _STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
 
 
+def launches_of_gpu_work(cpu: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
+    """The ``cpu`` table with only the runtime calls whose correlation is on a GPU event (the launches
+    of kernels, copies and syncs). Other runtime calls (~90% of them in real captures: queries, event
+    records, allocator calls) no table reads. One rule for every decode path; the scan path only
+    decodes the runtime events this keeps (``kineto_scan``)."""
+    linked = gpu["correlation"].drop_nulls().unique()
+    return cpu.filter((pl.col("kind") != "runtime") | pl.col("correlation").is_in(linked.implode()))
+
+
 class _Selection:
     """One pass over the events, keeping only those some table reads (file order preserved)."""
 
@@ -114,7 +123,7 @@ class _Selection:
         rank = 0  # as before: the loader sets the rank column from meta
         try:
             gpu = _gpu_table(self.gpu, rank, times)
-            cpu = _cpu_table(self.cpu, rank, times)
+            cpu = launches_of_gpu_work(_cpu_table(self.cpu, rank, times), gpu)
             comm = _comm_calls(self.comm, rank, times)
             steps = _steps(self.gpu_steps, self.cpu_steps, rank, times)
         except _NeedsText:

@@ -38,8 +38,14 @@ _RAW_SCHEMA: dict[str, pl.DataType] = {
 }
 
 
-def read_ranges(conn: sqlite3.Connection, schema: Schema, warnings: list[str]) -> pl.DataFrame:
-    """All closed NVTX ranges: pid, tid, start_ns, end_ns, name, domain, is_nccl, payload."""
+def read_ranges(conn: sqlite3.Connection, schema: Schema, warnings: list[str], marker: str | None = None
+                ) -> pl.DataFrame:
+    """The closed NVTX ranges a table reads: pid, tid, start_ns, end_ns, name, domain, is_nccl, payload.
+
+    Those are NCCL's (its domain, or ``nccl*`` text: the API and PyTorch's ``nccl:<op>``) and the
+    step markers; SQLite filters them (with the default marker), so the bulk of a real export --
+    millions of op ranges (``aten::copy_, op_id = ...``) -- is never read.
+    """
     t = "NVTX_EVENTS"
     cols = schema.cols(t)
     if not schema.has(t):
@@ -61,22 +67,51 @@ def read_ranges(conn: sqlite3.Connection, schema: Schema, warnings: list[str]) -
     if "jsonTextId" in cols and strings:
         joins += " LEFT JOIN StringIds js ON js.id = n.jsonTextId"
     type_filter = f"n.eventType IN {NVTX_RANGE_TYPES} AND " if "eventType" in cols else ""
+    nccl_domains = _domain_ids(conn, schema, "NCCL")
     sql = (
         f'SELECT n.start, n."end", {col(schema, t, "globalTid", "gtid", "n.")}, '
         f'{col(schema, t, "domainId", "domain", "n.")}, {_coalesce(text)}, {_coalesce(payload)} '
         f'FROM NVTX_EVENTS n{joins} WHERE {type_filter}n."end" IS NOT NULL AND n.start IS NOT NULL'
+        f"{_wanted(cols, strings, nccl_domains, marker)}"
     )
     raw = fetch(conn, sql, _RAW_SCHEMA)
     if "globalTid" not in cols:
         warnings.append("NVTX_EVENTS has no globalTid: ranges assigned to process 0")
-    nccl_domains = _domain_ids(conn, schema, "NCCL")
-    return raw.with_columns(
+    ranges = raw.with_columns(
         pid_of(pl.col("global_tid")).fill_null(0).alias("pid"),
         tid_of(pl.col("global_tid")).fill_null(0).alias("tid"),
         pl.col("name").fill_null(""),
     ).with_columns(
         (pl.col("domain").is_in(nccl_domains) | pl.col("name").str.contains(_NCCL_API)).alias("is_nccl"),
     ).drop("global_tid")
+    # the rule itself (the SQL above only narrows): NCCL ranges, PyTorch's nccl:<op>, step markers
+    wanted = ranges.filter(~pl.col("is_nccl") & ~pl.col("name").str.contains(_TORCH_NCCL))
+    markers, _ = _marker_hits(wanted, marker or DEFAULT_STEP_MARKER, _compile(marker or DEFAULT_STEP_MARKER))
+    return pl.concat([ranges.filter(pl.col("is_nccl") | pl.col("name").str.contains(_TORCH_NCCL)), markers]).sort(
+        "start_ns", maintain_order=True)
+
+
+def _wanted(cols: frozenset[str], strings: bool, nccl_domains: list[int], marker: str | None) -> str:
+    """SQL that keeps NCCL ranges and default step markers (a superset); '' with a custom marker."""
+    if marker:
+        return ""  # any text may match a user's regex: read every range, filter after
+    texts = "nccl*"
+    conds = []
+    if nccl_domains and "domainId" in cols:
+        conds.append(f"n.domainId IN ({', '.join(str(int(d)) for d in nccl_domains)})")
+    if "text" in cols:
+        conds += [f"n.text GLOB '{texts}'", "instr(n.text, 'ProfilerStep#') > 0"]
+    if "textId" in cols and strings:
+        conds.append(f"n.textId IN (SELECT id FROM StringIds WHERE value GLOB '{texts}' "
+                     "OR instr(value, 'ProfilerStep#') > 0)")
+    return f" AND ({' OR '.join(conds)})" if conds else " AND 0"
+
+
+def _compile(pattern: str) -> re.Pattern[str]:
+    try:
+        return re.compile(pattern)
+    except re.error as exc:
+        raise UsageError(f"--step-marker {pattern!r} is not a valid regular expression: {exc}") from None
 
 
 def _coalesce(exprs: list[str]) -> str:
@@ -289,10 +324,7 @@ def steps(ranges: pl.DataFrame, marker: str | None) -> pl.DataFrame:
     in the text, else the ordinal of the range.
     """
     pattern = marker or DEFAULT_STEP_MARKER
-    try:
-        rx = re.compile(pattern)
-    except re.error as exc:
-        raise UsageError(f"--step-marker {pattern!r} is not a valid regular expression: {exc}") from None
+    rx = _compile(pattern)
     hit, group = _marker_hits(ranges.filter(~pl.col("is_nccl")), pattern, rx)
     if hit.height == 0:
         return pl.DataFrame(schema={"pid": pl.Int64, **STEP_SCHEMA})

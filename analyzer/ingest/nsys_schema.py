@@ -13,6 +13,7 @@ import sqlite3
 import struct
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
@@ -96,11 +97,46 @@ def connect(path: Path) -> sqlite3.Connection:
     if not os.access(path, os.W_OK):
         uri += "&immutable=1"
     try:
-        conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, check_same_thread=False)
+        conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, check_same_thread=False, factory=Connection)
     except sqlite3.Error as exc:
         raise TraceError(path, f"cannot open SQLite database: {exc}") from None
     conn.text_factory = _lenient  # small metadata queries; bulk ones take the fast path in fetch()
+    conn.uri = uri
     return conn
+
+
+class Connection(sqlite3.Connection):
+    """A read-only export; bulk queries also go through an Arrow-native reader (ADBC) when installed.
+
+    The low-level ADBC driver manager hands polars an Arrow C stream directly (no pyarrow import,
+    no Python object per row).
+    """
+
+    uri: str | None = None
+    _adbc: tuple[Any, Any] | None = None
+
+    def arrow(self) -> Any | None:
+        """The ADBC connection to the same file (opened once), or None when the driver is not installed."""
+        if self._adbc is None and self.uri is not None:
+            try:
+                import adbc_driver_manager
+                import adbc_driver_sqlite
+            except ImportError:
+                self.uri = None
+                return None
+            db = adbc_driver_manager.AdbcDatabase(driver=adbc_driver_sqlite._driver_path(), uri=self.uri)
+            self._adbc = (db, adbc_driver_manager.AdbcConnection(db))
+        return self._adbc[1] if self._adbc else None
+
+    def close(self) -> None:
+        if self._adbc is not None:
+            for handle in reversed(self._adbc):
+                try:
+                    handle.close()
+                except Exception:  # noqa: BLE001 - closing must not mask the reader's own error
+                    pass
+            self._adbc = None
+        super().close()
 
 
 def database_error(path: Path, exc: BaseException) -> TraceError:
@@ -162,7 +198,16 @@ def _lenient(raw: bytes) -> str:
 def fetch(
     conn: sqlite3.Connection, sql: str, schema: dict[str, pl.DataType], chunk: int = 500_000
 ) -> pl.DataFrame:
-    """Run ``sql`` and build a frame chunk by chunk (bounded memory, no per-row Python work)."""
+    """Run ``sql`` into a frame with these column names and types.
+
+    Arrow-native first (ADBC: columns straight from SQLite, no Python object per row: ~3x less CPU
+    than rows through ``sqlite3`` on an 800 k-row kernel table); where the driver is missing or
+    refuses the data (a column whose SQLite type changes mid-table, text that is not UTF-8), rows
+    through ``sqlite3``, chunk by chunk.
+    """
+    got = _fetch_arrow(conn, sql, schema)
+    if got is not None:
+        return got
     conn.text_factory = str  # C-level decoding: no Python call per string
     try:
         return _fetch(conn, sql, schema, chunk)
@@ -173,6 +218,29 @@ def fetch(
         conn.text_factory = _lenient
     # Corrupt or non-UTF-8 text: decode it leniently (slower, so only when needed).
     return _fetch(conn, sql, schema, chunk)
+
+
+def _fetch_arrow(conn: sqlite3.Connection, sql: str, schema: dict[str, pl.DataType]) -> pl.DataFrame | None:
+    arrow = conn.arrow() if isinstance(conn, Connection) else None
+    if arrow is None:
+        return None
+    import adbc_driver_manager
+
+    try:
+        stmt = adbc_driver_manager.AdbcStatement(arrow)
+        try:
+            stmt.set_sql_query(sql)
+            stream, _ = stmt.execute_query()
+            df = pl.DataFrame(stream)  # the Arrow C stream, read by polars
+        finally:
+            stmt.close()
+        for name, dtype in df.schema.items():  # SQLite does not check UTF-8 and neither does the import:
+            if dtype == pl.Utf8:  # damaged text must fail here (ComputeError), not panic later
+                df[name].cast(pl.Binary).cast(pl.Utf8)
+        df.columns = list(schema)
+        return df.cast(schema, strict=False)  # type: ignore[arg-type]
+    except (Exception, pl.exceptions.PanicException):  # noqa: BLE001 - any refusal: the sqlite3 path reads
+        return None  # it (and words real errors)
 
 
 def _fetch(conn: sqlite3.Connection, sql: str, schema: dict[str, pl.DataType], chunk: int) -> pl.DataFrame:

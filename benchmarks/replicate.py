@@ -1,0 +1,156 @@
+"""Scale real Kineto captures up by replicating their steps in time (real event composition, any size).
+
+Each copy of a rank's events is shifted by a whole number of microseconds (the capture's span plus a
+gap) with exact decimal arithmetic, so timestamps stay what the profiler wrote; correlation, External
+id, flow ids and step numbers are offset per copy so they stay unique and consistent within a rank (a
+launch, its kernel and their ac2g flow keep one shared id). Metadata events (``ph: M``) appear once.
+
+    python -m benchmarks.replicate SRC_DIR_OR_FILE OUT_DIR --mb 500
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import math
+import re
+from collections import Counter
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+_ENC = msgspec.json.Encoder(decimal_format="number")
+_ID_ARGS = ("correlation", "External id", "external id", "Ev Idx", "Python id", "Python parent id")
+_STEP = re.compile(r"^(ProfilerStep#)(\d+)$")
+_MIX = ("cuda_runtime", "ac2g", "cpu_op", "kernel", "python_function")
+
+
+def _load(path: Path) -> dict[str, Any]:
+    raw = path.read_bytes()
+    if raw[:2] == b"\x1f\x8b":
+        raw = gzip.decompress(raw)
+    return json.loads(raw.decode("utf-8-sig"), parse_float=Decimal)
+
+
+def _span_us(events: list[dict[str, Any]]) -> tuple[Decimal, Decimal]:
+    starts = [e["ts"] for e in events if "ts" in e and e.get("ph") != "M"]
+    ends = [e["ts"] + e.get("dur", 0) for e in events if "ts" in e and e.get("ph") != "M"]
+    return min(starts), max(ends)
+
+
+def _id_stride(events: list[dict[str, Any]]) -> int:
+    top = 0
+    for e in events:
+        if isinstance(e.get("id"), int):
+            top = max(top, e["id"])
+        args = e.get("args")
+        if isinstance(args, dict):
+            for k in _ID_ARGS:
+                if isinstance(args.get(k), int):
+                    top = max(top, args[k])
+    return 10 ** len(str(top + 1))  # round: copy k's ids read as k followed by the original id
+
+
+def _step_stride(events: list[dict[str, Any]]) -> int:
+    nums = [int(m.group(2)) for e in events if isinstance(e.get("name"), str) and (m := _STEP.match(e["name"]))]
+    return (max(nums) - min(nums) + 1) if nums else 0
+
+
+def _copy(e: dict[str, Any], k: int, shift: Decimal, ids: int, steps: int) -> dict[str, Any]:
+    out = dict(e)
+    if "ts" in out:
+        out["ts"] = out["ts"] + shift
+    if isinstance(out.get("id"), int):
+        out["id"] = out["id"] + k * ids
+    args = out.get("args")
+    if isinstance(args, dict):
+        args = out["args"] = dict(args)
+        for key in _ID_ARGS:
+            if isinstance(args.get(key), int) and args[key] >= 0:
+                args[key] = args[key] + k * ids
+    name = out.get("name")
+    if steps and isinstance(name, str) and (m := _STEP.match(name)):
+        out["name"] = f"{m.group(1)}{int(m.group(2)) + k * steps}"
+    return out
+
+
+def replicate_file(src: Path, dst: Path, mb: float, gap_us: int = 1000, copies: int | None = None) -> int:
+    """Write ``dst`` (plain JSON) of about ``mb`` MB from ``src``'s events repeated in time (or ``copies``
+    times); returns the copies."""
+    doc = _load(src)
+    events = doc.pop("traceEvents")
+    meta = [e for e in events if e.get("ph") == "M"]
+    body = [e for e in events if e.get("ph") != "M"]
+    lo, hi = _span_us(body)
+    period = int(math.ceil(hi - lo)) + gap_us
+    ids, steps = _id_stride(body), _step_stride(body)
+    one = len(_ENC.encode(body))
+    copies = copies or max(1, round(mb * 1e6 / one))
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    with open(dst, "wb") as fh:
+        head = _ENC.encode(doc)
+        fh.write(head[:-1] + (b", " if len(head) > 2 else b"") + b'"traceEvents": [\n')
+        first = True
+        for e in meta:
+            fh.write((b"" if first else b",\n") + _ENC.encode(e))
+            first = False
+        for k in range(copies):
+            chunk = [_copy(e, k, Decimal(k * period), ids, steps) for e in body]
+            text = b",\n".join(_ENC.encode(e) for e in chunk)
+            fh.write((b"" if first else b",\n") + text)
+            first = False
+        fh.write(b"\n]}\n")
+    return copies
+
+
+def replicate_dir(src: Path, dst: Path, mb: float, ranks: int | None = None) -> list[Path]:
+    """Every trace file of ``src`` (or ``src`` itself) scaled to ``mb`` MB each, into ``dst``.
+
+    ``ranks``: take the first N files only; a single-file source is written once (one rank).
+    """
+    files = sorted(p for p in src.glob("*") if p.name.endswith((".json", ".json.gz"))) if src.is_dir() else [src]
+    files = [p for p in files if p.name != "ground_truth.json"][: ranks or None]
+    out: list[Path] = []
+    copies = None  # every rank gets as many copies as the first, so collectives still match across ranks
+    for p in files:
+        target = dst / p.name.removesuffix(".gz")
+        copies = replicate_file(p, target, mb, copies=copies)
+        out.append(target)
+    return out
+
+
+def event_mix(path: Path, sample_mb: float = 64) -> dict[str, float]:
+    """Share of events by category (``ac2g`` flow ends included) in the first ``sample_mb`` MB of a file."""
+    with open(path, "rb") as fh:
+        data = fh.read(int(sample_mb * 1e6))
+    if data[:2] == b"\x1f\x8b":
+        data = gzip.decompress(open(path, "rb").read())[: int(sample_mb * 1e6)]
+    counts = Counter(m.group(1).decode() for m in re.finditer(rb'"cat"\s*:\s*"([^"]*)"', data))
+    total = sum(counts.values()) or 1
+    mix = {c: counts.get(c, 0) / total for c in _MIX}
+    mix["other"] = 1.0 - sum(mix.values())
+    return mix
+
+
+def mix_text(mix: dict[str, float]) -> str:
+    short = {"cuda_runtime": "rt", "ac2g": "ac2g", "cpu_op": "op", "kernel": "kern", "python_function": "py",
+             "other": "other"}
+    return " ".join(f"{short[k]} {100 * v:.0f}%" for k, v in mix.items())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("src", type=Path)
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--mb", type=float, default=500)
+    ap.add_argument("--ranks", type=int, default=None)
+    a = ap.parse_args()
+    for p in replicate_dir(a.src, a.out, a.mb, a.ranks):
+        print(p, f"{p.stat().st_size / 1e6:.0f} MB", mix_text(event_mix(p)))
+
+
+if __name__ == "__main__":
+    main()
