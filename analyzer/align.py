@@ -24,7 +24,7 @@ class ClockFit:
     instances: int
 
 
-def fit_offsets(inst: pl.DataFrame, ranks: list[int], iterations: int = 20) -> ClockFit:
+def fit_offsets(inst: pl.DataFrame, ranks: list[int], iterations: int = 200) -> ClockFit:
     """``inst``: matched collective rows (rank, instance, op, end_ns)."""
     blocking = inst.filter(pl.col("instance").is_not_null() & pl.col("op").is_in(BLOCKING_OPS))
     rows = blocking.select("rank", "instance", pl.col("end_ns").cast(pl.Float64).alias("e"))
@@ -36,6 +36,7 @@ def fit_offsets(inst: pl.DataFrame, ranks: list[int], iterations: int = 20) -> C
     ref = int(rows["rank"].min())
     offs = pl.DataFrame({"rank": rows["rank"].unique().sort(), "o": 0.0})
     for _ in range(iterations):
+        last = offs
         t = rows.join(offs, on="rank").group_by("instance").agg((pl.col("e") - pl.col("o")).median().alias("t"))
         offs = (
             rows.join(t, on="instance")
@@ -44,6 +45,11 @@ def fit_offsets(inst: pl.DataFrame, ranks: list[int], iterations: int = 20) -> C
         )
         o_ref = offs.filter(pl.col("rank") == ref)["o"][0]
         offs = offs.with_columns(pl.col("o") - o_ref)
+        # pairwise groups chained through other ranks converge geometrically (by half per round): stop
+        # when no offset moves by half a nanosecond, not after a fixed count that leaves a fraction
+        change = last.join(offs, on="rank").select((pl.col("o") - pl.col("o_right")).abs().max()).item()
+        if change < 0.5:
+            break
     t = rows.join(offs, on="rank").group_by("instance").agg((pl.col("e") - pl.col("o")).median().alias("t"))
     resid = rows.join(offs, on="rank").join(t, on="instance").with_columns(
         (pl.col("e") - pl.col("t") - pl.col("o")).abs().alias("r")
@@ -57,8 +63,9 @@ def fit_offsets(inst: pl.DataFrame, ranks: list[int], iterations: int = 20) -> C
         est = estimates.get(r, 0.0)
         lo, hi = bounds.get(r, (-float("inf"), float("inf")))
         # a clock that already satisfies causality needs no correction (ranks on one host): ends can
-        # disagree by milliseconds there (GPU time-slicing) without the clocks disagreeing at all
-        chosen = 0.0 if lo <= 0.0 <= hi else min(max(est, lo), hi)
+        # disagree by milliseconds there (GPU time-slicing) without the clocks disagreeing at all. A rank
+        # that shares no collective with the reference has no such evidence: it keeps its estimate.
+        chosen = 0.0 if r in bounds and lo <= 0.0 <= hi else min(max(est, lo), hi)
         moved = max(moved, abs(est - chosen))
         offsets[r] = chosen
     return ClockFit(
