@@ -45,17 +45,22 @@ SCENARIOS = {
 
 
 @dataclass(frozen=True)
-class Case:
+class Truths:
     sc: Scenario
     truth: Truth
-    rep: dict
+    folder: Path
     files: dict[int, Path]
     oracles: dict[int, oracle.RankOracle]
     events: dict[int, list[oracle.Interval]]
 
 
+@dataclass(frozen=True)
+class Case(Truths):
+    rep: dict
+
+
 @pytest.fixture(scope="module", params=sorted(SCENARIOS))
-def case(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Case:
+def truths(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Truths:
     sc = SCENARIOS[request.param]
     wl = build(sc)
     folder = tmp_path_factory.mktemp(request.param)
@@ -64,8 +69,15 @@ def case(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
     files = {oracle.rank_of(oracle.load(p), p): p for p in paths}
     # every instance has one last arriver, so "last rank" and "caused wait" have one right answer
     assert all(i.last_rank is not None for i in wl.truth.instances)
-    return Case(sc, wl.truth, report(folder), files, {r: oracle.analyze_file(p) for r, p in files.items()},
-                {r: oracle.gpu_events(oracle.load(p)) for r, p in files.items()})
+    return Truths(sc, wl.truth, folder, files, {r: oracle.analyze_file(p) for r, p in files.items()},
+                  {r: oracle.gpu_events(oracle.load(p)) for r, p in files.items()})
+
+
+@pytest.fixture
+def case(truths: Truths) -> Case:
+    """The analysis runs inside every test (not once per module), so a test of one field sees a change in
+    any code path, and mutation testing maps each test to the code it runs."""
+    return Case(**{f: getattr(truths, f) for f in Truths.__dataclass_fields__}, rep=report(truths.folder))
 
 
 # ----------------------------------------------------------------------------- brute force helpers
