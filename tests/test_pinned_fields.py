@@ -382,3 +382,35 @@ def test_end_skew_and_waits_when_kernels_do_not_end_together(tmp_path: Path) -> 
         assert max(ends) > min(ends)
     for row in rep["ranks"]:
         assert row["wait_ms"] == pytest.approx(wait_total[row["rank"]] / MS, abs=TOL)
+
+
+# ----------------------------------------------------------------------------- no step markers
+
+
+def test_without_step_markers_every_whole_window_number_is_still_exact(tmp_path: Path) -> None:
+    """ProfilerStep events removed from every file: no step rows, and the whole-window numbers unchanged."""
+    import json
+
+    sc = Scenario(ranks=3, steps=2, overlap=0.5, late_ranks={1: (300_000, "host")}, ts_style="int", seed=6)
+    wl = build(sc)
+    paths = write_kineto(wl, tmp_path)
+    for p in paths:
+        doc = json.loads(p.read_text())
+        doc["traceEvents"] = [e for e in doc["traceEvents"] if not str(e.get("name", "")).startswith("ProfilerStep")]
+        p.write_text(json.dumps(doc))
+    files = {r: p for r, p in enumerate(paths)}
+    c = Case(sc, wl.truth, tmp_path, files, {r: oracle.analyze_file(p) for r, p in files.items()},
+             {r: oracle.gpu_events(oracle.load(p)) for r, p in files.items()}, rep=report(tmp_path))
+    assert c.rep["steps"] == [] and all(not o.steps for o in c.oracles.values())
+    assert any("no step markers" in w for w in c.rep["warnings"])
+    rows = {r["rank"]: r for r in c.rep["ranks"]}
+    for r, o in c.oracles.items():
+        row, w = rows[r], o.whole
+        assert row["steps"] == 0 and row["step_time_ms"] == {"mean": None, "p50": None, "max": None}
+        assert row["exposed_comm_ms"] == pytest.approx(w.exposed_ns / MS, abs=TOL)
+        assert row["compute_only_ms"] == pytest.approx(w.compute_only_ns / MS, abs=TOL)
+        assert row["wait_ms"] == pytest.approx(wl.truth.ranks[r].wait_ns / MS, abs=TOL)
+        wait, transfer = _exposed_split(c, r, (min(i.start_ns for i in c.events[r]), max(i.end_ns for i in c.events[r])),
+                                        w.exposed_ns)
+        assert row["exposed_wait_ms"] == pytest.approx(wait / MS, abs=TOL)
+        assert row["exposed_transfer_ms"] == pytest.approx(transfer / MS, abs=TOL)
