@@ -414,3 +414,19 @@ def test_without_step_markers_every_whole_window_number_is_still_exact(tmp_path:
                                         w.exposed_ns)
         assert row["exposed_wait_ms"] == pytest.approx(wait / MS, abs=TOL)
         assert row["exposed_transfer_ms"] == pytest.approx(transfer / MS, abs=TOL)
+
+
+# ----------------------------------------------------------------------------- row order
+
+
+def test_collectives_are_listed_by_start(case: Case) -> None:
+    starts = [c["start_ms"] for c in case.rep["collectives"]]
+    assert starts == sorted(starts) and len(set(starts)) > 1
+
+
+def test_collectives_starting_together_are_listed_by_process_group(tmp_path: Path) -> None:
+    """No jitter: both TP pairs start their all-reduce in the same nanosecond; the order is still fixed."""
+    write_kineto(build(Scenario(ranks=4, steps=2, tp=2, jitter_ns=0)), tmp_path)
+    rows = report(tmp_path)["collectives"]
+    keys = [(c["start_ms"], c["pg"]) for c in rows]
+    assert keys == sorted(keys) and len(set(s for s, _ in keys)) < len(keys)  # ties exist
