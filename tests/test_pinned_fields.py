@@ -430,3 +430,25 @@ def test_collectives_starting_together_are_listed_by_process_group(tmp_path: Pat
     rows = report(tmp_path)["collectives"]
     keys = [(c["start_ms"], c["pg"]) for c in rows]
     assert keys == sorted(keys) and len(set(s for s, _ in keys)) < len(keys)  # ties exist
+
+
+# ----------------------------------------------------------------------------- one rank
+
+
+def test_one_rank_has_no_matched_waits_and_exact_breakdown(tmp_path: Path) -> None:
+    """A single rank's collectives have no peer to match: no waits, all exposed comm is transfer."""
+    (path,) = write_kineto(build(Scenario(ranks=1, steps=2, overlap=0.5)), tmp_path)
+    rep = report(tmp_path)
+    ref = oracle.analyze_file(path)
+    (row,) = rep["ranks"]
+    assert (row["wait_ms"], row["caused_wait_ms"], row["last_arrival_pct"], row["exposed_wait_ms"]) == (0, 0, None, 0)
+    assert row["exposed_transfer_ms"] == pytest.approx(ref.whole.exposed_ns / MS, abs=TOL) and ref.whole.exposed_ns > 0
+    assert row["compute_only_ms"] == pytest.approx(ref.whole.compute_only_ns / MS, abs=TOL)
+    assert rep["stragglers"] == {"verdict": None, "ranking": [
+        {"rank": 0, "caused_wait_ms": 0.0, "wait_ms": 0.0, "last_arrival_pct": None, "steps_last": 0, "instances": 0}]}
+    assert rep["matching"]["instances"] == 0 and rep["matching"]["unmatched_kernels"] == len(ref.comm) == 4
+    assert rep["collectives"] == [] and rep["bandwidth"] == []
+    for s in rep["steps"]:
+        b = ref.steps[s["step"]]
+        assert (s["wait_ms"], s["caused_wait_ms"], s["exposed_wait_ms"]) == (0, 0, 0)
+        assert s["exposed_transfer_ms"] == pytest.approx(b.exposed_ns / MS, abs=TOL)
