@@ -89,12 +89,14 @@ def _show(proj: Path, name: str) -> str:
     return out.stdout.strip()
 
 
-def run_module(base: Path, module: str, minutes: float, jobs: int, tests: tuple[str, ...]) -> dict:
+def run_module(base: Path, module: str, minutes: float, jobs: int, tests: tuple[str, ...],
+               only: tuple[str, ...] = ()) -> dict:
     proj = _scratch(base / Path(module).stem)
     _config(proj, module, tests)
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
     start = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "-m", "mutmut", "run", "--max-children", str(jobs)], cwd=proj, env=env,
+    cmd = [sys.executable, "-m", "mutmut", "run", "--max-children", str(jobs), *only]
+    proc = subprocess.Popen(cmd, cwd=proj, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
         log, _ = proc.communicate(timeout=minutes * 60)
@@ -130,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tests", nargs="*", default=list(TESTS))
     p.add_argument("--minutes", type=float, default=20.0, help="time box per module")
     p.add_argument("--jobs", type=int, default=2)
+    p.add_argument("--mutants", nargs="*", default=[],
+                   help="only these mutants (fnmatch patterns, e.g. 'analyzer.metrics.waits.x_exposed_split*')")
     p.add_argument("--keep", type=Path, help="scratch folder to use and keep (default: a temporary one)")
     p.add_argument("--json", type=Path, help="write the results here too")
     a = p.parse_args(argv)
@@ -140,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     base = a.keep or Path(tempfile.mkdtemp(prefix="commscope-mutation-"))
     results = []
     for module in a.modules:
-        r = run_module(base, module, a.minutes, a.jobs, tuple(a.tests))
+        r = run_module(base, module, a.minutes, a.jobs, tuple(a.tests), tuple(a.mutants))
         results.append(r)
         counts = ", ".join(f"{k} {r.get(k, 0)}" for k in ("killed", "survived", "timeout", "no tests", "not checked"))
         boxed = " (time box reached)" if r["time_boxed"] else ""
