@@ -452,3 +452,18 @@ def test_one_rank_has_no_matched_waits_and_exact_breakdown(tmp_path: Path) -> No
         b = ref.steps[s["step"]]
         assert (s["wait_ms"], s["caused_wait_ms"], s["exposed_wait_ms"]) == (0, 0, 0)
         assert s["exposed_transfer_ms"] == pytest.approx(b.exposed_ns / MS, abs=TOL)
+
+
+# ----------------------------------------------------------------------------- significance
+
+
+@pytest.mark.parametrize("n", [1, 3, 8, 40])
+@pytest.mark.parametrize("p", [0.0, 0.05, 0.25, 0.5])
+def test_binomial_tail_matches_scipy(n: int, p: float) -> None:
+    """The verdict's p-values (P(X >= k), X ~ Binomial(n, p)) against scipy, edges included. p is a chance of
+    being last (1 / group size, groups of 2 or more), so at most 0.5."""
+    from analyzer.metrics.stragglers import binom_sf
+
+    for k in range(-1, n + 2):
+        want = 1.0 if k <= 0 else float(binom.sf(k - 1, n, p))
+        assert binom_sf(k, n, p) == pytest.approx(want, abs=1e-12), (k, n, p)
