@@ -35,6 +35,8 @@ SCENARIOS = {
     # TP x DP subgroups on two hosts 5 ms apart
     "tp_dp": Scenario(ranks=4, steps=3, tp=2, overlap=0.6, late_ranks={3: (400_000, "host")},
                       clock_offsets_ns={2: 5 * MS, 3: 5 * MS}, seed=2),
+    # two ranks: the chance of being a step's top causer is 1/2
+    "two_ranks": Scenario(ranks=2, steps=5, overlap=0.5, late_ranks={1: (300_000, "compute")}, seed=8),
     # every operation with its own bus-bandwidth factor
     "ops": Scenario(ranks=4, steps=2, overlap=0.5, late_ranks={0: (200_000, "host")}, seed=9,
                     compute_ns=(100_000,) * 6, clock_offsets_ns={3: 1 * MS},
@@ -467,3 +469,20 @@ def test_binomial_tail_matches_scipy(n: int, p: float) -> None:
     for k in range(-1, n + 2):
         want = 1.0 if k <= 0 else float(binom.sf(k - 1, n, p))
         assert binom_sf(k, n, p) == pytest.approx(want, abs=1e-12), (k, n, p)
+
+
+def test_consistent_but_small_lateness_gets_no_verdict(tmp_path: Path) -> None:
+    """Rank 2 is last everywhere and causes all the wait, but the wait is 2% of the others' communication
+    (< 5%): no verdict. Judged against the others' communication, not the late rank's own."""
+    sc = Scenario(ranks=4, steps=4, jitter_ns=0, late_ranks={2: (20_000, "host")},
+                  collectives=(Collective("all_reduce", 64 << 20, 1_000_000),))
+    wl = build(sc)
+    write_kineto(wl, tmp_path)
+    rep = report(tmp_path)
+    caused = wl.truth.ranks[2].caused_wait_ns
+    others_comm = sum(r["comm_ms"] for r in rep["ranks"] if r["rank"] != 2) * MS
+    own_comm = next(r["comm_ms"] for r in rep["ranks"] if r["rank"] == 2) * MS
+    assert caused == sum(rt.caused_wait_ns for rt in wl.truth.ranks.values()) > 0
+    assert caused / others_comm < 0.05 <= caused / own_comm
+    assert rep["stragglers"]["ranking"][0]["rank"] == 2 and rep["stragglers"]["ranking"][0]["steps_last"] == 4
+    assert rep["stragglers"]["verdict"] is None
