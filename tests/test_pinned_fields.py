@@ -486,3 +486,27 @@ def test_consistent_but_small_lateness_gets_no_verdict(tmp_path: Path) -> None:
     assert caused / others_comm < 0.05 <= caused / own_comm
     assert rep["stragglers"]["ranking"][0]["rank"] == 2 and rep["stragglers"]["ranking"][0]["steps_last"] == 4
     assert rep["stragglers"]["verdict"] is None
+
+
+def test_fully_hidden_communication_has_nothing_to_split(tmp_path: Path) -> None:
+    """overlap = 1: the last arriver's comm (transfer only) runs entirely under compute, so its exposed comm,
+    exposed wait and exposed transfer are exactly 0 in every window; the waiting ranks still split theirs."""
+    sc = Scenario(ranks=3, steps=3, overlap=1.0, late_ranks={1: (300_000, "host")}, seed=2,
+                  collectives=(Collective("all_reduce", 16 << 20, 100_000),))  # one per step: rank 1 is always last
+    wl = build(sc)
+    files = dict(enumerate(write_kineto(wl, tmp_path)))
+    assert all(i.last_rank == 1 for i in wl.truth.instances)
+    c = Case(sc, wl.truth, tmp_path, files, {r: oracle.analyze_file(p) for r, p in files.items()},
+             {r: oracle.gpu_events(oracle.load(p)) for r, p in files.items()}, rep=report(tmp_path))
+    windows = [row for row in c.rep["ranks"] + c.rep["steps"] if row["rank"] == 1]
+    assert len(windows) == 1 + sc.steps
+    for row in windows:
+        assert (row["exposed_comm_ms"], row["exposed_wait_ms"], row["exposed_transfer_ms"]) == (0.0, 0.0, 0.0)
+    for row in c.rep["ranks"]:
+        if row["rank"] != 1:
+            r = row["rank"]
+            ev = c.events[r]
+            wait, transfer = _exposed_split(c, r, (min(i.start_ns for i in ev), max(i.end_ns for i in ev)),
+                                            c.oracles[r].whole.exposed_ns)
+            assert row["exposed_wait_ms"] == pytest.approx(wait / MS, abs=TOL) and wait > 0
+            assert row["exposed_transfer_ms"] == pytest.approx(transfer / MS, abs=TOL)
