@@ -109,18 +109,24 @@ def _kernel_wait(c: Case, rank: int) -> dict[int, int]:
 
 
 def _exposed_split(c: Case, rank: int, window: tuple[int, int], exposed_ns: int) -> tuple[float, float]:
-    """DESIGN.md: each comm kernel's part outside compute, split by wait/d, scaled to the exposed union."""
-    a, b = window
-    compute = _merge([(i.start_ns, i.end_ns) for i in c.events[rank] if i.kind == "compute"])
     waits = _kernel_wait(c, rank)
+    kernels = [(k.start_ns, k.end_ns, waits[k.start_ns]) for k in c.oracles[rank].comm]
+    return _split(kernels, c.events[rank], window, exposed_ns)
+
+
+def _split(kernels: list[tuple[int, int, int]], events: list[oracle.Interval], window: tuple[int, int],
+           exposed_ns: int) -> tuple[float, float]:
+    """DESIGN.md: each comm kernel's (start, end, wait) part outside compute, split by wait/d, then scaled to
+    the window's exposed union (comm kernels that overlap each other would otherwise count twice)."""
+    a, b = window
+    compute = _merge([(i.start_ns, i.end_ns) for i in events if i.kind == "compute"])
     raw_wait = raw_total = 0.0
-    for k in c.oracles[rank].comm:
-        s, e = max(k.start_ns, a), min(k.end_ns, b)
+    for start, end, wait in kernels:
+        s, e = max(start, a), min(end, b)
         if e <= s:
             continue
         exposed_k = (e - s) - _covered(compute, s, e)
-        frac = min(waits[k.start_ns], k.end_ns - k.start_ns) / (k.end_ns - k.start_ns)
-        raw_wait += exposed_k * frac
+        raw_wait += exposed_k * min(wait, end - start) / (end - start)
         raw_total += exposed_k
     if exposed_ns <= 0 or raw_total <= 0:
         return 0.0, float(max(exposed_ns, 0))
@@ -511,3 +517,38 @@ def test_fully_hidden_communication_has_nothing_to_split(tmp_path: Path) -> None
                                             c.oracles[r].whole.exposed_ns)
             assert row["exposed_wait_ms"] == pytest.approx(wait / MS, abs=TOL) and wait > 0
             assert row["exposed_transfer_ms"] == pytest.approx(transfer / MS, abs=TOL)
+
+
+def test_split_is_scaled_when_comm_kernels_overlap_each_other(tmp_path: Path) -> None:
+    """Rank 0's first all-reduce of each step is made to run 1 ms longer (edited file), over its second one:
+    the kernels' exposed parts then add up to more than the exposed union, and the split is scaled to it.
+    Waits come from the kernels by brute force (d - min d per instance; one clock, world group only)."""
+    import json
+
+    sc = Scenario(ranks=4, steps=2, overlap=0.3, late_ranks={2: (200_000, "host")}, seed=1, ts_style="int")
+    paths = write_kineto(build(sc), tmp_path)
+    doc = json.loads(paths[0].read_text())
+    comm = sorted((e for e in doc["traceEvents"] if e.get("cat") == "kernel" and "nccl" in e["name"]),
+                  key=lambda e: e["ts"])
+    for e in comm[::2]:
+        e["dur"] += 1000  # us
+    paths[0].write_text(json.dumps(doc))
+    events = {r: oracle.gpu_events(oracle.load(p)) for r, p in enumerate(paths)}
+    comm_k = {r: sorted((i for i in ev if i.kind == "comm"), key=lambda i: i.start_ns) for r, ev in events.items()}
+    assert comm_k[0][0].end_ns > comm_k[0][1].start_ns  # they overlap now
+    rep = report(tmp_path)
+    rows = {r["rank"]: r for r in rep["ranks"]}
+    for r in range(4):
+        kernels = []
+        for i, k in enumerate(comm_k[r]):
+            d = {q: comm_k[q][i].end_ns - comm_k[q][i].start_ns for q in range(4)}
+            kernels.append((k.start_ns, k.end_ns, d[r] - min(d.values())))
+        whole = oracle.breakdown(events[r])
+        window = (min(i.start_ns for i in events[r]), max(i.end_ns for i in events[r]))
+        wait, transfer = _split(kernels, events[r], window, whole.exposed_ns)
+        assert rows[r]["exposed_wait_ms"] == pytest.approx(wait / MS, abs=TOL), r
+        assert rows[r]["exposed_transfer_ms"] == pytest.approx(transfer / MS, abs=TOL), r
+        if r == 0:  # the scaling matters here: unscaled, the parts would exceed the exposed union
+            compute = _merge([(i.start_ns, i.end_ns) for i in events[0] if i.kind == "compute"])
+            parts = sum((e - s) - _covered(compute, s, e) for s, e, _ in kernels)
+            assert parts > whole.exposed_ns * 1.05 and wait > 0.05 * MS
