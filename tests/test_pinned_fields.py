@@ -457,6 +457,8 @@ def test_one_rank_has_no_matched_waits_and_exact_breakdown(tmp_path: Path) -> No
         {"rank": 0, "caused_wait_ms": 0.0, "wait_ms": 0.0, "last_arrival_pct": None, "steps_last": 0, "instances": 0}]}
     assert rep["matching"]["instances"] == 0 and rep["matching"]["unmatched_kernels"] == len(ref.comm) == 2 * 3
     assert rep["collectives"] == [] and rep["bandwidth"] == []
+    assert rep["clock"] == {"method": "none", "reference_rank": 0, "offsets_us": {"0": 0.0}, "uncertainty_us": None,
+                            "instances": 0}
     for s in rep["steps"]:
         b = ref.steps[s["step"]]
         assert (s["wait_ms"], s["caused_wait_ms"], s["exposed_wait_ms"]) == (0, 0, 0)
