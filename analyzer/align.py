@@ -24,7 +24,7 @@ class ClockFit:
     instances: int
 
 
-def fit_offsets(inst: pl.DataFrame, ranks: list[int], iterations: int = 20) -> ClockFit:
+def fit_offsets(inst: pl.DataFrame, ranks: list[int], iterations: int = 200) -> ClockFit:
     """``inst``: matched collective rows (rank, instance, op, end_ns)."""
     blocking = inst.filter(pl.col("instance").is_not_null() & pl.col("op").is_in(BLOCKING_OPS))
     rows = blocking.select("rank", "instance", pl.col("end_ns").cast(pl.Float64).alias("e"))
@@ -36,6 +36,7 @@ def fit_offsets(inst: pl.DataFrame, ranks: list[int], iterations: int = 20) -> C
     ref = int(rows["rank"].min())
     offs = pl.DataFrame({"rank": rows["rank"].unique().sort(), "o": 0.0})
     for _ in range(iterations):
+        last = offs
         t = rows.join(offs, on="rank").group_by("instance").agg((pl.col("e") - pl.col("o")).median().alias("t"))
         offs = (
             rows.join(t, on="instance")
@@ -44,6 +45,11 @@ def fit_offsets(inst: pl.DataFrame, ranks: list[int], iterations: int = 20) -> C
         )
         o_ref = offs.filter(pl.col("rank") == ref)["o"][0]
         offs = offs.with_columns(pl.col("o") - o_ref)
+        # pairwise groups chained through other ranks converge geometrically (by half per round): stop
+        # when no offset moves by half a nanosecond, not after a fixed count that leaves a fraction
+        change = last.join(offs, on="rank").select((pl.col("o") - pl.col("o_right")).abs().max()).item()
+        if change < 0.5:
+            break
     t = rows.join(offs, on="rank").group_by("instance").agg((pl.col("e") - pl.col("o")).median().alias("t"))
     resid = rows.join(offs, on="rank").join(t, on="instance").with_columns(
         (pl.col("e") - pl.col("t") - pl.col("o")).abs().alias("r")
@@ -51,14 +57,16 @@ def fit_offsets(inst: pl.DataFrame, ranks: list[int], iterations: int = 20) -> C
     spread = resid.group_by("rank").agg(pl.col("r").median().alias("mad"))
     inf = float("inf")
     # a clock that already satisfies causality needs no correction (ranks on one host): ends can
-    # disagree by milliseconds there (GPU time-slicing) without the clocks disagreeing at all
+    # disagree by milliseconds there (GPU time-slicing) without the clocks disagreeing at all. A rank
+    # that shares no collective with the reference has no such evidence: it keeps its estimate.
     fitted = (
         pl.DataFrame({"rank": ranks}, schema={"rank": pl.Int64})
         .join(offs.select(pl.col("rank").cast(pl.Int64), "o"), on="rank", how="left")
         .join(_causal_bounds(blocking, ref), on="rank", how="left")
+        .with_columns(pl.col("lo").is_not_null().alias("bounded"))
         .with_columns(pl.col("o").fill_null(0.0), pl.col("lo").fill_null(-inf), pl.col("hi").fill_null(inf))
         .with_columns(
-            pl.when((pl.col("lo") <= 0.0) & (pl.col("hi") >= 0.0)).then(0.0)
+            pl.when(pl.col("bounded") & (pl.col("lo") <= 0.0) & (pl.col("hi") >= 0.0)).then(0.0)
             .otherwise(pl.min_horizontal(pl.max_horizontal("o", "lo"), "hi")).alias("chosen")
         )
     )

@@ -4,7 +4,9 @@ Deliberately simple and different from the analyzer's interval algebra: timestam
 (``parse_float=Decimal``, so float microseconds become exact integer nanoseconds) and lengths come from
 one sweep over sorted boundary points with per-class active counters (no cumulative-max union).
 Definitions follow DESIGN.md: only ``kernel`` events are compute or comm (comm = name contains
-nccl/rccl, case-insensitive); memcpy/memset are busy but neither.
+nccl/rccl, case-insensitive, unless the caller passes another rule); memcpy/memset are busy but neither.
+Very old traces capitalise the categories (``Kernel``, ``Memcpy``, ``Memset``). :func:`nsys_events`
+reads the same intervals from an Nsight Systems SQLite export with plain SQL.
 """
 
 from __future__ import annotations
@@ -12,11 +14,13 @@ from __future__ import annotations
 import gzip
 import json
 import re
+import sqlite3
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
+_OLD_CATS = {"memcpy": "gpu_memcpy", "memset": "gpu_memset"}  # lower-cased capitalised categories
 _COMM = re.compile(r"nccl|rccl", re.IGNORECASE)
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
 
@@ -45,12 +49,13 @@ class Interval:
     name: str
     stream: int | None
     args: dict
+    comm_re: re.Pattern = _COMM
 
     @property
     def kind(self) -> str:
         """compute | comm | memcpy | memset."""
         if self.cat == "kernel":
-            return "comm" if _COMM.search(self.name) else "compute"
+            return "comm" if self.comm_re.search(self.name) else "compute"
         return self.cat.removeprefix("gpu_")
 
 
@@ -63,17 +68,44 @@ class Breakdown:
     busy_ns: int
     span_ns: int
     idle_ns: int
+    compute_only_ns: int = 0  # compute and no comm
+    memcpy_ns: int = 0  # memcpy/memset and neither compute nor comm
 
 
-def gpu_events(trace: dict) -> list[Interval]:
+def gpu_events(trace: dict, comm: re.Pattern = _COMM) -> list[Interval]:
     """All kernel / memcpy / memset events, in file order."""
     out = []
     for e in trace.get("traceEvents", []):
-        if e.get("ph") == "X" and e.get("cat") in GPU_CATS:
+        cat = str(e.get("cat", "")).lower()
+        cat = _OLD_CATS.get(cat, cat)
+        if e.get("ph") == "X" and cat in GPU_CATS:
             start = to_ns(e["ts"])
             args = e.get("args") or {}
-            out.append(Interval(start, start + to_ns(e["dur"]), e["cat"], e["name"], args.get("stream"), args))
+            out.append(Interval(start, start + to_ns(e["dur"]), cat, e["name"], args.get("stream"), args, comm))
     return out
+
+
+def nsys_events(path: str | Path, comm: re.Pattern = _COMM) -> dict[int, list[Interval]]:
+    """Kernel / memcpy / memset intervals of an Nsight Systems SQLite export, per CUDA device."""
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        names = dict(con.execute("SELECT id, value FROM StringIds")) if "StringIds" in tables else {}
+        out: dict[int, list[Interval]] = {}
+        sources = [("CUPTI_ACTIVITY_KIND_KERNEL", "kernel"), ("CUPTI_ACTIVITY_KIND_MEMCPY", "gpu_memcpy"),
+                   ("CUPTI_ACTIVITY_KIND_MEMSET", "gpu_memset")]
+        for table, cat in sources:
+            if table not in tables:
+                continue
+            cols = {r[1] for r in con.execute(f"PRAGMA table_info({table})")}
+            name = "demangledName" if cat == "kernel" and "demangledName" in cols else "NULL"
+            rows = con.execute(f"SELECT start, end, deviceId, streamId, {name} FROM {table}")
+            for start, end, dev, stream, name_id in rows:
+                label = str(names.get(name_id, name_id)) if cat == "kernel" else cat
+                out.setdefault(int(dev), []).append(Interval(int(start), int(end), cat, label, stream, {}, comm))
+        return dict(sorted(out.items()))
+    finally:
+        con.close()
 
 
 def comm_kernels(trace: dict) -> list[Interval]:
@@ -96,7 +128,7 @@ def breakdown(events: list[Interval], window: tuple[int, int] | None = None) -> 
     """Lengths by sweeping boundary points; ``window`` clips, else the span is first GPU start..last end."""
     if window is None:
         if not events:
-            return Breakdown(0, 0, 0, 0, 0, 0, 0)
+            return Breakdown(0, 0, 0, 0, 0, 0, 0, 0, 0)
         window = (min(i.start_ns for i in events), max(i.end_ns for i in events))
     lo, hi = window
     points: list[tuple[int, int, str]] = []
@@ -106,7 +138,7 @@ def breakdown(events: list[Interval], window: tuple[int, int] | None = None) -> 
             points += [(s, +1, i.kind), (e, -1, i.kind)]
     points.sort()
     active = {"compute": 0, "comm": 0, "memcpy": 0, "memset": 0}
-    totals = {"compute": 0, "comm": 0, "overlapped": 0, "exposed": 0, "busy": 0}
+    totals = {"compute": 0, "comm": 0, "overlapped": 0, "exposed": 0, "busy": 0, "compute_only": 0, "memcpy": 0}
     prev = lo
     for t, delta, kind in points:
         length = t - prev
@@ -116,7 +148,10 @@ def breakdown(events: list[Interval], window: tuple[int, int] | None = None) -> 
             totals["comm"] += length * comm
             totals["overlapped"] += length * (comp and comm)
             totals["exposed"] += length * (comm and not comp)
-            totals["busy"] += length * (sum(active.values()) > 0)
+            busy = sum(active.values()) > 0
+            totals["busy"] += length * busy
+            totals["compute_only"] += length * (comp and not comm)
+            totals["memcpy"] += length * (busy and not comp and not comm)
         active[kind] += delta
         prev = t
     span = hi - lo
@@ -128,6 +163,8 @@ def breakdown(events: list[Interval], window: tuple[int, int] | None = None) -> 
         totals["busy"],
         span,
         span - totals["busy"],
+        totals["compute_only"],
+        totals["memcpy"],
     )
 
 
@@ -147,9 +184,10 @@ def rank_of(trace: dict, path: str | Path) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def analyze_file(path: str | Path) -> RankOracle:
+def analyze_file(path: str | Path, comm: re.Pattern = _COMM) -> RankOracle:
     """Whole-window and per-step breakdowns plus the comm kernels of one rank's file."""
     trace = load(path)
-    events = gpu_events(trace)
+    events = gpu_events(trace, comm)
     steps = {n: breakdown(events, w) for n, w in step_windows(trace).items()}
-    return RankOracle(rank_of(trace, path), breakdown(events), steps, comm_kernels(trace))
+    kernels = sorted((i for i in events if i.kind == "comm"), key=lambda i: (i.start_ns, i.end_ns))
+    return RankOracle(rank_of(trace, path), breakdown(events), steps, kernels)

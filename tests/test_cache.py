@@ -77,9 +77,10 @@ def test_cache_invalidates_on_change(traces: Path) -> None:
 def test_corrupt_entry_is_rebuilt(traces: Path) -> None:
     ref = _report(traces, cache=False)
     _report(traces)
-    for entry in _entries():
-        for part in entry.glob("*.parquet"):
-            part.write_bytes(b"garbage")
+    parts = [part for entry in _entries() for part in entry.glob("*.parquet")]
+    assert parts  # the cache was written, so there is something to corrupt
+    for part in parts:
+        part.write_bytes(b"garbage")
     assert _report(traces) == ref
     for entry in _entries():
         shutil.rmtree(entry / "0.gpu.parquet", ignore_errors=True)

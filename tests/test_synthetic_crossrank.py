@@ -20,7 +20,9 @@ def _write(tmp_path: Path, sc: Scenario, gz: bool = False) -> tuple[Path, object
 def test_exposed_and_comm_match_brute_force_per_rank_and_step(tmp_path: Path) -> None:
     folder, _ = _write(tmp_path, Scenario(ranks=4, steps=3, overlap=0.4, late_ranks={2: (300_000, "host")}))
     rep = report(folder)
-    for f in sorted(folder.glob("rank*.json")):
+    files = sorted(folder.glob("rank*.json"))
+    assert len(files) == 4
+    for f in files:
         ref = oracle.analyze_file(f)
         row = next(r for r in rep["ranks"] if r["rank"] == ref.rank)
         assert row["comm_ms"] == pytest.approx(ref.whole.comm_ns / 1e6, abs=1e-6)
@@ -88,7 +90,9 @@ def test_int_microsecond_timestamps_and_no_distributed_info(tmp_path: Path) -> N
     folder, _ = _write(tmp_path, sc, gz=True)
     rep = report(folder)
     assert rep["source"]["ranks"] == [0, 1]
-    for f in sorted(folder.glob("rank*.json.gz")):
+    files = sorted(folder.glob("rank*.json.gz"))
+    assert len(files) == 2
+    for f in files:
         ref = oracle.analyze_file(f)
         row = next(r for r in rep["ranks"] if r["rank"] == ref.rank)
         assert row["exposed_comm_ms"] == pytest.approx(ref.whole.exposed_ns / 1e6, abs=1e-6)

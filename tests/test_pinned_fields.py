@@ -1,0 +1,556 @@
+"""Every published number of the JSON report, pinned on generated traces to an independent truth.
+
+The generator knows each instance's arrivals, transfer, waits and last rank exactly (sample_traces/generate.py);
+the oracle (tests/oracle.py) measures the interval lengths from the written files; everything derived from
+them here (the exposed wait/transfer split, per-step waits, bandwidth, the verdict's numbers) is computed
+by brute force in this file from those two, following DESIGN.md, never from the analyzer's tables.
+The scenarios have compute beside every comm kernel (overlap > 0) and a late rank, so compute differs
+from compute-only and exposed wait differs from exposed transfer: swapping any two of them fails.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from scipy.stats import binom
+
+from sample_traces.generate import Collective, Scenario, Truth, build, write_kineto
+from tests import oracle
+from tests.helpers import report
+
+MS = 1_000_000
+TOL = 6e-7  # ms: the JSON keeps 6 decimals (1 ns, rounding <= 5e-7): a 1 ns error fails
+BUS_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
+              "reduce_scatter": lambda n: (n - 1) / n, "all_to_all": lambda n: (n - 1) / n}
+
+SCENARIOS = {
+    # host straggler, clocks 3 / 7.3 / -2 ms off: skews need the alignment, durations do not
+    "host_offsets": Scenario(ranks=4, steps=3, overlap=0.4, late_ranks={2: (300_000, "host")},
+                             clock_offsets_ns={1: 3 * MS, 2: 7_300_123, 3: -2 * MS}),
+    # compute straggler on one shared clock
+    "compute_aligned": Scenario(ranks=4, steps=4, overlap=0.3, late_ranks={1: (500_000, "compute")}, seed=5),
+    # TP x DP subgroups on two hosts 5 ms apart
+    "tp_dp": Scenario(ranks=4, steps=3, tp=2, overlap=0.6, late_ranks={3: (400_000, "host")},
+                      clock_offsets_ns={2: 5 * MS, 3: 5 * MS}, seed=2),
+    # two ranks: the chance of being a step's top causer is 1/2
+    "two_ranks": Scenario(ranks=2, steps=5, overlap=0.5, late_ranks={1: (300_000, "compute")}, seed=8),
+    # every operation with its own bus-bandwidth factor
+    "ops": Scenario(ranks=4, steps=2, overlap=0.5, late_ranks={0: (200_000, "host")}, seed=9,
+                    compute_ns=(100_000,) * 6, clock_offsets_ns={3: 1 * MS},
+                    collectives=(Collective("all_gather", 8 << 20, 50_000), Collective("reduce_scatter", 8 << 20, 60_000),
+                                 Collective("all_to_all", 4 << 20, 70_000), Collective("broadcast", 2 << 20, 40_000),
+                                 Collective("all_reduce", 16 << 20, 90_000))),
+}
+
+
+@dataclass(frozen=True)
+class Truths:
+    sc: Scenario
+    truth: Truth
+    folder: Path
+    files: dict[int, Path]
+    oracles: dict[int, oracle.RankOracle]
+    events: dict[int, list[oracle.Interval]]
+
+
+@dataclass(frozen=True)
+class Case(Truths):
+    rep: dict
+
+
+@pytest.fixture(scope="module", params=sorted(SCENARIOS))
+def truths(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Truths:
+    sc = SCENARIOS[request.param]
+    wl = build(sc)
+    folder = tmp_path_factory.mktemp(request.param)
+    paths = write_kineto(wl, folder)
+    assert len(paths) == sc.ranks
+    files = {oracle.rank_of(oracle.load(p), p): p for p in paths}
+    # every instance has one last arriver, so "last rank" and "caused wait" have one right answer
+    assert all(i.last_rank is not None for i in wl.truth.instances)
+    return Truths(sc, wl.truth, folder, files, {r: oracle.analyze_file(p) for r, p in files.items()},
+                  {r: oracle.gpu_events(oracle.load(p)) for r, p in files.items()})
+
+
+@pytest.fixture
+def case(truths: Truths) -> Case:
+    """The analysis runs inside every test (not once per module), so a test of one field sees a change in
+    any code path, and mutation testing maps each test to the code it runs."""
+    return Case(**{f: getattr(truths, f) for f in Truths.__dataclass_fields__}, rep=report(truths.folder))
+
+
+# ----------------------------------------------------------------------------- brute force helpers
+
+
+def _merge(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[list[int]] = []
+    for s, e in sorted(intervals):
+        if out and s <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], e)
+        else:
+            out.append([s, e])
+    return [(s, e) for s, e in out]
+
+
+def _covered(merged: list[tuple[int, int]], a: int, b: int) -> int:
+    return sum(max(0, min(e, b) - max(s, a)) for s, e in merged)
+
+
+def _file_start(c: Case, rank: int, true_ns: int) -> int:
+    return true_ns + c.sc.clock_offsets_ns.get(rank, 0)
+
+
+def _kernel_wait(c: Case, rank: int) -> dict[int, int]:
+    """Comm kernel start on the rank's file clock -> its wait (generator truth)."""
+    return {_file_start(c, rank, i.start_ns[rank]): i.wait_ns[rank] for i in c.truth.instances if rank in i.ranks}
+
+
+def _exposed_split(c: Case, rank: int, window: tuple[int, int], exposed_ns: int) -> tuple[float, float]:
+    waits = _kernel_wait(c, rank)
+    kernels = [(k.start_ns, k.end_ns, waits[k.start_ns]) for k in c.oracles[rank].comm]
+    return _split(kernels, c.events[rank], window, exposed_ns)
+
+
+def _split(kernels: list[tuple[int, int, int]], events: list[oracle.Interval], window: tuple[int, int],
+           exposed_ns: int) -> tuple[float, float]:
+    """DESIGN.md: each comm kernel's (start, end, wait) part outside compute, split by wait/d, then scaled to
+    the window's exposed union (comm kernels that overlap each other would otherwise count twice)."""
+    a, b = window
+    compute = _merge([(i.start_ns, i.end_ns) for i in events if i.kind == "compute"])
+    raw_wait = raw_total = 0.0
+    for start, end, wait in kernels:
+        s, e = max(start, a), min(end, b)
+        if e <= s:
+            continue
+        exposed_k = (e - s) - _covered(compute, s, e)
+        raw_wait += exposed_k * min(wait, end - start) / (end - start)
+        raw_total += exposed_k
+    if exposed_ns <= 0 or raw_total <= 0:
+        return 0.0, float(max(exposed_ns, 0))
+    wait = raw_wait * exposed_ns / raw_total
+    return wait, exposed_ns - wait
+
+
+def _match_collectives(c: Case) -> list[tuple[dict, object]]:
+    """JSON collectives paired with truth instances: by process group and step, in start order."""
+    rows = c.rep["collectives"]
+    assert len(rows) == len(c.truth.instances)
+    got = sorted(rows, key=lambda r: (r["pg"], r["step"], r["start_ms"]))
+    want = sorted(c.truth.instances, key=lambda i: (i.pg, i.step, min(i.start_ns.values())))
+    return list(zip(got, want, strict=True))
+
+
+# ----------------------------------------------------------------------------- per rank
+
+
+def test_rank_waits_caused_waits_and_last_arrivals_are_exact(case: Case) -> None:
+    rows = {r["rank"]: r for r in case.rep["ranks"]}
+    assert sorted(rows) == sorted(case.truth.ranks)
+    for r, t in case.truth.ranks.items():
+        assert rows[r]["wait_ms"] == pytest.approx(t.wait_ns / MS, abs=TOL)
+        assert rows[r]["caused_wait_ms"] == pytest.approx(t.caused_wait_ns / MS, abs=TOL)
+        assert rows[r]["last_arrival_pct"] == pytest.approx(100.0 * t.last_arrivals / t.instances, abs=TOL)
+    assert any(t.caused_wait_ns > 0 for t in case.truth.ranks.values())
+
+
+def test_rank_whole_window_fields_match_brute_force(case: Case) -> None:
+    rows = {r["rank"]: r for r in case.rep["ranks"]}
+    for r, o in case.oracles.items():
+        w, row = o.whole, rows[r]
+        want = {"compute_ms": w.compute_ns, "compute_only_ms": w.compute_only_ns, "comm_ms": w.comm_ns,
+                "overlapped_comm_ms": w.overlapped_ns, "exposed_comm_ms": w.exposed_ns, "memcpy_ms": w.memcpy_ns,
+                "idle_ms": w.idle_ns, "busy_ms": w.busy_ns, "span_ms": w.span_ns}
+        for key, ns in want.items():
+            assert row[key] == pytest.approx(ns / MS, abs=TOL), key
+        assert row["overlap_pct"] == pytest.approx(100.0 * w.overlapped_ns / w.comm_ns, abs=1e-6)
+        # the scenario is not degenerate: overlap exists, so compute-only and exposed differ from their totals
+        assert w.overlapped_ns > 0 and w.compute_only_ns < w.compute_ns and w.exposed_ns < w.comm_ns
+        assert w.memcpy_ns > 0 and w.idle_ns > 0
+
+
+def test_exposed_wait_and_transfer_match_brute_force_split(case: Case) -> None:
+    rows = {r["rank"]: r for r in case.rep["ranks"]}
+    lopsided = 0
+    for r, o in case.oracles.items():
+        w = o.whole
+        wait, transfer = _exposed_split(case, r, (min(i.start_ns for i in case.events[r]),
+                                                  max(i.end_ns for i in case.events[r])), w.exposed_ns)
+        assert rows[r]["exposed_wait_ms"] == pytest.approx(wait / MS, abs=TOL)
+        assert rows[r]["exposed_transfer_ms"] == pytest.approx(transfer / MS, abs=TOL)
+        lopsided += abs(wait - transfer) > 0.05 * MS
+    assert lopsided  # wait and transfer differ somewhere, so swapping them cannot pass
+
+
+def test_ranking_and_clock_are_exact(case: Case) -> None:
+    st = case.rep["stragglers"]
+    ranking = st["ranking"]
+    t = case.truth.ranks
+    assert [r["rank"] for r in ranking] == sorted(t, key=lambda r: (-t[r].caused_wait_ns, r))
+    steps_last = _steps_last(case)
+    for row in ranking:
+        rt = t[row["rank"]]
+        assert row["caused_wait_ms"] == pytest.approx(rt.caused_wait_ns / MS, abs=TOL)
+        assert row["wait_ms"] == pytest.approx(rt.wait_ns / MS, abs=TOL)
+        assert row["last_arrival_pct"] == pytest.approx(100.0 * rt.last_arrivals / rt.instances, abs=TOL)
+        assert row["instances"] == rt.instances
+        assert row["steps_last"] == steps_last.get(row["rank"], 0)
+    clock = case.rep["clock"]
+    assert clock["reference_rank"] == 0
+    for r, want in case.truth.offsets_us(0).items():
+        assert clock["offsets_us"][str(r)] == pytest.approx(want, abs=1e-3)
+    assert clock["uncertainty_us"] == pytest.approx(0.0, abs=1e-3)  # every instance ends together exactly
+
+
+def _steps_last(c: Case) -> dict[int, int]:
+    """Per rank: steps in which the wait it caused is the most of any rank (and more than zero)."""
+    out: dict[int, int] = {}
+    for s in {i.step for i in c.truth.instances}:
+        caused: dict[int, int] = {}
+        for i in c.truth.instances:
+            if i.step == s:
+                caused[i.last_rank] = caused.get(i.last_rank, 0) + sum(i.wait_ns.values())
+        top = max(caused, key=lambda r: caused[r])
+        if caused[top] > 0:
+            out[top] = out.get(top, 0) + 1
+    return out
+
+
+def test_verdict_numbers_are_exact(case: Case) -> None:
+    v = case.rep["stragglers"]["verdict"]
+    (late,) = case.sc.late_ranks
+    assert v is not None and v["rank"] == late  # its kind is a judgement, tested in test_synthetic_crossrank
+    t = case.truth.ranks
+    total = sum(rt.caused_wait_ns for rt in t.values())
+    steps_last = _steps_last(case)[late]
+    n_steps = case.sc.steps
+    assert v["caused_wait_ms"] == pytest.approx(t[late].caused_wait_ns / MS, abs=TOL)
+    assert v["last_arrival_pct"] == pytest.approx(100.0 * t[late].last_arrivals / t[late].instances, abs=TOL)
+    assert v["instances_last"] == t[late].last_arrivals
+    assert (v["steps_seen"], v["steps_last"], v["chronic"]) == (n_steps, steps_last, steps_last * 2 > n_steps)
+    if n_steps >= 3:  # steps are the repeated measurements: top causer of a step by chance is 1 / ranks
+        p_value = binom.sf(steps_last - 1, n_steps, 1 / case.sc.ranks)  # P(X >= k)
+    else:  # else instances: last by chance is 1 / group size
+        mine = [i for i in case.truth.instances if late in i.ranks]
+        p_value = binom.sf(t[late].last_arrivals - 1, len(mine), sum(1 / len(i.ranks) for i in mine) / len(mine))
+    assert v["confidence"] == pytest.approx(min(t[late].caused_wait_ns / total, 1 - p_value), abs=1e-6)
+    compute = {r: o.whole.compute_ns for r, o in case.oracles.items()}
+    excess = compute[late] - statistics.median(c for r, c in compute.items() if r != late)
+    assert v["compute_before_ms"] == pytest.approx(max(excess, 0) / MS, abs=TOL)
+    # GPU idle of the late rank while the others already waited: union of [start - L, start], minus busy
+    windows = _merge([(_file_start(case, late, i.start_ns[late]) - max(i.wait_ns.values()),
+                       _file_start(case, late, i.start_ns[late])) for i in case.truth.instances if i.last_rank == late])
+    busy = _merge([(i.start_ns, i.end_ns) for i in case.events[late]])
+    idle = sum(b - a - _covered(busy, a, b) for a, b in windows)
+    assert v["idle_before_ms"] == pytest.approx(idle / MS, abs=TOL)
+
+
+# ----------------------------------------------------------------------------- per instance
+
+
+def test_collective_fields_are_exact(case: Case) -> None:
+    ref_offset = case.sc.clock_offsets_ns.get(0, 0)  # the aligned clock is rank 0's
+    for got, want in _match_collectives(case):
+        n = len(want.ranks)
+        assert (got["pg"], got["op"], got["step"], got["bytes"]) == (want.pg, want.op, want.step, want.bytes)
+        assert got["ranks"] == sorted(want.ranks) and got["group_size"] == n and got["has_meta"] is True
+        assert got["seq"] == min(want.seq.values())
+        assert got["transfer_ms"] == pytest.approx(want.transfer_ns / MS, abs=TOL)
+        assert got["max_wait_ms"] == pytest.approx(max(want.wait_ns.values()) / MS, abs=TOL)
+        assert got["total_wait_ms"] == pytest.approx(sum(want.wait_ns.values()) / MS, abs=TOL)
+        assert got["last_rank"] == want.last_rank
+        starts = want.start_ns.values()
+        assert got["arrival_skew_ms"] == pytest.approx((max(starts) - min(starts)) / MS, abs=TOL)
+        assert got["end_skew_ms"] == pytest.approx(0.0, abs=TOL)  # they end together on the true clock
+        assert got["start_ms"] == pytest.approx((min(starts) + ref_offset) / MS, abs=1e-5)
+        algbw = want.bytes / want.transfer_ns  # bytes per ns = GB/s
+        assert got["algbw_gbps"] == pytest.approx(algbw, abs=TOL)
+        assert got["busbw_gbps"] == pytest.approx(algbw * BUS_FACTOR.get(want.op, lambda n: 1.0)(n), abs=TOL)
+    waits = [max(i.wait_ns.values()) for i in case.truth.instances]
+    assert min(waits) > 0 and len(set(waits)) > 1  # max, min, sum and skew all differ from each other
+
+
+def test_bandwidth_table_matches_truth(case: Case) -> None:
+    groups: dict[tuple[str, int], list] = {}
+    for i in case.truth.instances:
+        groups.setdefault((i.op, 1 << (i.bytes.bit_length() - 1)), []).append(i)
+    rows = case.rep["bandwidth"]
+    assert [(r["op"], r["size_bucket"]) for r in rows] == sorted(groups)
+    for row in rows:
+        inst = groups[row["op"], row["size_bucket"]]
+        n = len(inst[0].ranks)
+        factor = BUS_FACTOR.get(row["op"], lambda n: 1.0)(n)
+        algbw = [i.bytes / i.transfer_ns for i in inst]
+        assert row["count"] == len(inst) and row["total_bytes"] == sum(i.bytes for i in inst)
+        assert row["transfer_ms_p50"] == pytest.approx(statistics.median(i.transfer_ns for i in inst) / MS, abs=TOL)
+        assert row["algbw_gbps_p50"] == pytest.approx(statistics.median(algbw), abs=TOL)
+        assert row["busbw_gbps_p50"] == pytest.approx(statistics.median(algbw) * factor, abs=TOL)
+        assert row["busbw_gbps_max"] == pytest.approx(max(algbw) * factor, abs=TOL)
+
+
+def test_matching_counts_are_exact(case: Case) -> None:
+    m = case.rep["matching"]
+    assert m["instances"] == len(case.truth.instances)
+    assert m["matched_kernels"] == sum(len(i.ranks) for i in case.truth.instances)
+    assert (m["unmatched_kernels"], m["p2p_kernels"], m["kernels_without_metadata"]) == (0, 0, 0)
+    assert case.rep["source"]["ranks"] == list(range(case.sc.ranks))
+
+
+# ----------------------------------------------------------------------------- per step
+
+
+def test_step_fields_match_brute_force_and_truth(case: Case) -> None:
+    """GPU-side ProfilerStep annotations cover every step's GPU work here (complete annotations)."""
+    steps = {(s["rank"], s["step"]): s for s in case.rep["steps"]}
+    assert len(steps) == case.sc.ranks * case.sc.steps
+    for r, o in case.oracles.items():
+        windows = oracle.step_windows(oracle.load(case.files[r]))
+        assert sorted(windows) == sorted(s for rr, s in steps if rr == r)
+        for n, b in o.steps.items():
+            row = steps[r, n]
+            want = {"span_ms": b.span_ns, "compute_ms": b.compute_ns, "comm_ms": b.comm_ns,
+                    "overlapped_comm_ms": b.overlapped_ns, "exposed_comm_ms": b.exposed_ns,
+                    "compute_only_ms": b.compute_only_ns, "memcpy_ms": b.memcpy_ns, "idle_ms": b.idle_ns}
+            for key, ns in want.items():
+                assert row[key] == pytest.approx(ns / MS, abs=TOL), (r, n, key)
+            assert row["start_ms"] == pytest.approx(windows[n][0] / MS, abs=1e-5)
+            assert row["overlap_pct"] == pytest.approx(100.0 * b.overlapped_ns / b.comm_ns, abs=1e-6)
+            wait, transfer = _exposed_split(case, r, windows[n], b.exposed_ns)
+            assert row["exposed_wait_ms"] == pytest.approx(wait / MS, abs=TOL), (r, n)
+            assert row["exposed_transfer_ms"] == pytest.approx(transfer / MS, abs=TOL), (r, n)
+            mine = [i for i in case.truth.instances if i.step == n and r in i.ranks]
+            assert row["wait_ms"] == pytest.approx(sum(i.wait_ns[r] for i in mine) / MS, abs=TOL)
+            caused = sum(sum(i.wait_ns.values()) for i in mine if i.last_rank == r)
+            assert row["caused_wait_ms"] == pytest.approx(caused / MS, abs=TOL)
+
+
+def test_rank_step_time_summary_matches_brute_force(case: Case) -> None:
+    rows = {r["rank"]: r for r in case.rep["ranks"]}
+    for r, o in case.oracles.items():
+        spans = [b.span_ns / MS for b in o.steps.values()]
+        assert rows[r]["steps"] == len(spans) == case.sc.steps
+        st = rows[r]["step_time_ms"]
+        assert st["mean"] == pytest.approx(statistics.mean(spans), abs=TOL)
+        assert st["p50"] == pytest.approx(statistics.median(spans), abs=TOL)
+        assert st["max"] == pytest.approx(max(spans), abs=TOL)
+        assert len(set(spans)) > 1  # mean, median and max are told apart
+
+
+def test_per_rank_totals_are_the_sum_of_the_steps_where_steps_tile_the_work(case: Case) -> None:
+    """Whole-window wait and caused wait are the per-step ones added up (every instance lies in a step)."""
+    rows = {r["rank"]: r for r in case.rep["ranks"]}
+    for r in rows:
+        steps = [s for s in case.rep["steps"] if s["rank"] == r]
+        assert sum(s["wait_ms"] for s in steps) == pytest.approx(rows[r]["wait_ms"], abs=1e-5)
+        assert sum(s["caused_wait_ms"] for s in steps) == pytest.approx(rows[r]["caused_wait_ms"], abs=1e-5)
+
+
+# ----------------------------------------------------------------------------- end skew
+
+
+def test_end_skew_and_waits_when_kernels_do_not_end_together(tmp_path: Path) -> None:
+    """Each instance's kernel on one rank is made to end later (edited file): transfer, waits, last rank and
+    both skews come from the kernels by brute force (one clock, so no alignment is involved)."""
+    import json
+
+    # integer microseconds: the edited JSON round-trips its timestamps exactly
+    sc = Scenario(ranks=4, steps=3, overlap=0.0, late_ranks={1: (250_000, "host")}, seed=4, ts_style="int")
+    paths = write_kineto(build(sc), tmp_path)
+    for r, p in enumerate(paths):
+        doc = json.loads(p.read_text())
+        comm = sorted((e for e in doc["traceEvents"] if e.get("cat") == "kernel" and "nccl" in e["name"]),
+                      key=lambda e: e["ts"])
+        for i, e in enumerate(comm):
+            if i % 4 == r:  # a different rank each time, late by (i + 1) x 3 us
+                e["dur"] += 3 * (i + 1)
+        p.write_text(json.dumps(doc))
+    kernels = {r: oracle.comm_kernels(oracle.load(p)) for r, p in enumerate(paths)}
+    rep = report(tmp_path)
+    assert rep["clock"]["offsets_us"] == {str(r): 0.0 for r in range(4)}
+    rows = sorted(rep["collectives"], key=lambda c: c["start_ms"])
+    assert len(rows) == len(kernels[0])
+    wait_total = dict.fromkeys(range(4), 0)
+    for i, got in enumerate(rows):
+        ks = {r: kernels[r][i] for r in range(4)}
+        d = {r: k.end_ns - k.start_ns for r, k in ks.items()}
+        transfer = min(d.values())
+        wait = {r: d[r] - transfer for r in d}
+        for r in d:
+            wait_total[r] += wait[r]
+        ends = [k.end_ns for k in ks.values()]
+        starts = [k.start_ns for k in ks.values()]
+        assert got["transfer_ms"] == pytest.approx(transfer / MS, abs=TOL)
+        assert got["max_wait_ms"] == pytest.approx(max(wait.values()) / MS, abs=TOL)
+        assert got["total_wait_ms"] == pytest.approx(sum(wait.values()) / MS, abs=TOL)
+        assert got["last_rank"] == min(d, key=lambda r: d[r])
+        assert got["arrival_skew_ms"] == pytest.approx((max(starts) - min(starts)) / MS, abs=TOL)
+        assert got["end_skew_ms"] == pytest.approx((max(ends) - min(ends)) / MS, abs=TOL)
+        assert max(ends) > min(ends)
+    for row in rep["ranks"]:
+        assert row["wait_ms"] == pytest.approx(wait_total[row["rank"]] / MS, abs=TOL)
+
+
+# ----------------------------------------------------------------------------- no step markers
+
+
+def test_without_step_markers_every_whole_window_number_is_still_exact(tmp_path: Path) -> None:
+    """ProfilerStep events removed from every file: no step rows, and the whole-window numbers unchanged."""
+    import json
+
+    sc = Scenario(ranks=3, steps=2, overlap=0.5, late_ranks={1: (300_000, "host")}, ts_style="int", seed=6)
+    wl = build(sc)
+    paths = write_kineto(wl, tmp_path)
+    for p in paths:
+        doc = json.loads(p.read_text())
+        doc["traceEvents"] = [e for e in doc["traceEvents"] if not str(e.get("name", "")).startswith("ProfilerStep")]
+        p.write_text(json.dumps(doc))
+    files = {r: p for r, p in enumerate(paths)}
+    c = Case(sc, wl.truth, tmp_path, files, {r: oracle.analyze_file(p) for r, p in files.items()},
+             {r: oracle.gpu_events(oracle.load(p)) for r, p in files.items()}, rep=report(tmp_path))
+    assert c.rep["steps"] == [] and all(not o.steps for o in c.oracles.values())
+    assert any("no step markers" in w for w in c.rep["warnings"])
+    rows = {r["rank"]: r for r in c.rep["ranks"]}
+    for r, o in c.oracles.items():
+        row, w = rows[r], o.whole
+        assert row["steps"] == 0 and row["step_time_ms"] == {"mean": None, "p50": None, "max": None}
+        assert row["exposed_comm_ms"] == pytest.approx(w.exposed_ns / MS, abs=TOL)
+        assert row["compute_only_ms"] == pytest.approx(w.compute_only_ns / MS, abs=TOL)
+        assert row["wait_ms"] == pytest.approx(wl.truth.ranks[r].wait_ns / MS, abs=TOL)
+        wait, transfer = _exposed_split(c, r, (min(i.start_ns for i in c.events[r]), max(i.end_ns for i in c.events[r])),
+                                        w.exposed_ns)
+        assert row["exposed_wait_ms"] == pytest.approx(wait / MS, abs=TOL)
+        assert row["exposed_transfer_ms"] == pytest.approx(transfer / MS, abs=TOL)
+
+
+# ----------------------------------------------------------------------------- row order
+
+
+def test_collectives_are_listed_by_start(case: Case) -> None:
+    starts = [c["start_ms"] for c in case.rep["collectives"]]
+    assert starts == sorted(starts) and len(set(starts)) > 1
+
+
+def test_collectives_starting_together_are_listed_by_process_group(tmp_path: Path) -> None:
+    """No jitter: both TP pairs start their all-reduce in the same nanosecond; the order is still fixed."""
+    write_kineto(build(Scenario(ranks=4, steps=2, tp=2, jitter_ns=0)), tmp_path)
+    rows = report(tmp_path)["collectives"]
+    keys = [(c["start_ms"], c["pg"]) for c in rows]
+    assert keys == sorted(keys) and len(set(s for s, _ in keys)) < len(keys)  # ties exist
+
+
+# ----------------------------------------------------------------------------- one rank
+
+
+def test_one_rank_has_no_matched_waits_and_exact_breakdown(tmp_path: Path) -> None:
+    """A single rank's collectives have no peer to match: no waits, all exposed comm is transfer."""
+    # 3 steps: 4 windows of 4 columns, where a table built without its orientation would read columns as rows
+    (path,) = write_kineto(build(Scenario(ranks=1, steps=3, overlap=0.5)), tmp_path)
+    rep = report(tmp_path)
+    ref = oracle.analyze_file(path)
+    (row,) = rep["ranks"]
+    assert (row["wait_ms"], row["caused_wait_ms"], row["last_arrival_pct"], row["exposed_wait_ms"]) == (0, 0, None, 0)
+    assert row["exposed_transfer_ms"] == pytest.approx(ref.whole.exposed_ns / MS, abs=TOL) and ref.whole.exposed_ns > 0
+    assert row["compute_only_ms"] == pytest.approx(ref.whole.compute_only_ns / MS, abs=TOL)
+    assert rep["stragglers"] == {"verdict": None, "ranking": [
+        {"rank": 0, "caused_wait_ms": 0.0, "wait_ms": 0.0, "last_arrival_pct": None, "steps_last": 0, "instances": 0}]}
+    assert rep["matching"]["instances"] == 0 and rep["matching"]["unmatched_kernels"] == len(ref.comm) == 2 * 3
+    assert rep["collectives"] == [] and rep["bandwidth"] == []
+    assert rep["clock"] == {"method": "none", "reference_rank": 0, "offsets_us": {"0": 0.0}, "uncertainty_us": None,
+                            "instances": 0}
+    for s in rep["steps"]:
+        b = ref.steps[s["step"]]
+        assert (s["wait_ms"], s["caused_wait_ms"], s["exposed_wait_ms"]) == (0, 0, 0)
+        assert s["exposed_transfer_ms"] == pytest.approx(b.exposed_ns / MS, abs=TOL)
+
+
+# ----------------------------------------------------------------------------- significance
+
+
+@pytest.mark.parametrize("n", [1, 3, 8, 40])
+@pytest.mark.parametrize("p", [0.0, 0.05, 0.25, 0.5])
+def test_binomial_tail_matches_scipy(n: int, p: float) -> None:
+    """The verdict's p-values (P(X >= k), X ~ Binomial(n, p)) against scipy, edges included. p is a chance of
+    being last (1 / group size, groups of 2 or more), so at most 0.5."""
+    from analyzer.metrics.stragglers import binom_sf
+
+    for k in range(-1, n + 2):
+        want = 1.0 if k <= 0 else float(binom.sf(k - 1, n, p))
+        assert binom_sf(k, n, p) == pytest.approx(want, abs=1e-12), (k, n, p)
+
+
+def test_consistent_but_small_lateness_gets_no_verdict(tmp_path: Path) -> None:
+    """Rank 2 is last everywhere and causes all the wait, but the wait is 2% of the others' communication
+    (< 5%): no verdict. Judged against the others' communication, not the late rank's own."""
+    sc = Scenario(ranks=4, steps=4, jitter_ns=0, late_ranks={2: (20_000, "host")},
+                  collectives=(Collective("all_reduce", 64 << 20, 1_000_000),))
+    wl = build(sc)
+    write_kineto(wl, tmp_path)
+    rep = report(tmp_path)
+    caused = wl.truth.ranks[2].caused_wait_ns
+    others_comm = sum(r["comm_ms"] for r in rep["ranks"] if r["rank"] != 2) * MS
+    own_comm = next(r["comm_ms"] for r in rep["ranks"] if r["rank"] == 2) * MS
+    assert caused == sum(rt.caused_wait_ns for rt in wl.truth.ranks.values()) > 0
+    assert caused / others_comm < 0.05 <= caused / own_comm
+    assert rep["stragglers"]["ranking"][0]["rank"] == 2 and rep["stragglers"]["ranking"][0]["steps_last"] == 4
+    assert rep["stragglers"]["verdict"] is None
+
+
+def test_fully_hidden_communication_has_nothing_to_split(tmp_path: Path) -> None:
+    """overlap = 1: the last arriver's comm (transfer only) runs entirely under compute, so its exposed comm,
+    exposed wait and exposed transfer are exactly 0 in every window; the waiting ranks still split theirs."""
+    sc = Scenario(ranks=3, steps=3, overlap=1.0, late_ranks={1: (300_000, "host")}, seed=2,
+                  collectives=(Collective("all_reduce", 16 << 20, 100_000),))  # one per step: rank 1 is always last
+    wl = build(sc)
+    files = dict(enumerate(write_kineto(wl, tmp_path)))
+    assert all(i.last_rank == 1 for i in wl.truth.instances)
+    c = Case(sc, wl.truth, tmp_path, files, {r: oracle.analyze_file(p) for r, p in files.items()},
+             {r: oracle.gpu_events(oracle.load(p)) for r, p in files.items()}, rep=report(tmp_path))
+    windows = [row for row in c.rep["ranks"] + c.rep["steps"] if row["rank"] == 1]
+    assert len(windows) == 1 + sc.steps
+    for row in windows:
+        assert (row["exposed_comm_ms"], row["exposed_wait_ms"], row["exposed_transfer_ms"]) == (0.0, 0.0, 0.0)
+    for row in c.rep["ranks"]:
+        if row["rank"] != 1:
+            r = row["rank"]
+            ev = c.events[r]
+            wait, transfer = _exposed_split(c, r, (min(i.start_ns for i in ev), max(i.end_ns for i in ev)),
+                                            c.oracles[r].whole.exposed_ns)
+            assert row["exposed_wait_ms"] == pytest.approx(wait / MS, abs=TOL) and wait > 0
+            assert row["exposed_transfer_ms"] == pytest.approx(transfer / MS, abs=TOL)
+
+
+def test_split_is_scaled_when_comm_kernels_overlap_each_other(tmp_path: Path) -> None:
+    """Rank 0's first all-reduce of each step is made to run 1 ms longer (edited file), over its second one:
+    the kernels' exposed parts then add up to more than the exposed union, and the split is scaled to it.
+    Waits come from the kernels by brute force (d - min d per instance; one clock, world group only)."""
+    import json
+
+    sc = Scenario(ranks=4, steps=2, overlap=0.3, late_ranks={2: (200_000, "host")}, seed=1, ts_style="int")
+    paths = write_kineto(build(sc), tmp_path)
+    doc = json.loads(paths[0].read_text())
+    comm = sorted((e for e in doc["traceEvents"] if e.get("cat") == "kernel" and "nccl" in e["name"]),
+                  key=lambda e: e["ts"])
+    for e in comm[::2]:
+        e["dur"] += 1000  # us
+    paths[0].write_text(json.dumps(doc))
+    events = {r: oracle.gpu_events(oracle.load(p)) for r, p in enumerate(paths)}
+    comm_k = {r: sorted((i for i in ev if i.kind == "comm"), key=lambda i: i.start_ns) for r, ev in events.items()}
+    assert comm_k[0][0].end_ns > comm_k[0][1].start_ns  # they overlap now
+    rep = report(tmp_path)
+    rows = {r["rank"]: r for r in rep["ranks"]}
+    for r in range(4):
+        kernels = []
+        for i, k in enumerate(comm_k[r]):
+            d = {q: comm_k[q][i].end_ns - comm_k[q][i].start_ns for q in range(4)}
+            kernels.append((k.start_ns, k.end_ns, d[r] - min(d.values())))
+        whole = oracle.breakdown(events[r])
+        window = (min(i.start_ns for i in events[r]), max(i.end_ns for i in events[r]))
+        wait, transfer = _split(kernels, events[r], window, whole.exposed_ns)
+        assert rows[r]["exposed_wait_ms"] == pytest.approx(wait / MS, abs=TOL), r
+        assert rows[r]["exposed_transfer_ms"] == pytest.approx(transfer / MS, abs=TOL), r
+        if r == 0:  # the scaling matters here: unscaled, the parts would exceed the exposed union
+            compute = _merge([(i.start_ns, i.end_ns) for i in events[0] if i.kind == "compute"])
+            parts = sum((e - s) - _covered(compute, s, e) for s, e, _ in kernels)
+            assert parts > whole.exposed_ns * 1.05 and wait > 0.05 * MS
