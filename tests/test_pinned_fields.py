@@ -20,6 +20,7 @@ from scipy.stats import binom
 from sample_traces.generate import Collective, Scenario, Truth, build, write_kineto
 from tests import oracle
 from tests.helpers import report
+from tests.oracle_blame import oracle_roots
 
 MS = 1_000_000
 TOL = 6e-7  # ms: the JSON keeps 6 decimals (1 ns, rounding <= 5e-7): a 1 ns error fails
@@ -223,19 +224,29 @@ def test_verdict_numbers_are_exact(case: Case) -> None:
     (late,) = case.sc.late_ranks
     assert v is not None and v["rank"] == late  # its kind is a judgement, tested in test_synthetic_crossrank
     t = case.truth.ranks
-    total = sum(rt.caused_wait_ns for rt in t.values())
-    steps_last = _steps_last(case)[late]
+    by_step: dict[tuple[int, int], float] = {}
+    root, _ = oracle_roots(case.truth, by_step)
     n_steps = case.sc.steps
+    steps = sorted({s for _, s in by_step})
+    # steps where it is the top root-causer (ties: the lower rank), against the ranks that root-caused anything
+    top = [min((r for r, s in by_step if s == st), key=lambda r: (-by_step[(r, st)], r)) for st in steps]
+    steps_last = top.count(late)
+    causers = max(len({r for r, _ in by_step}), 2)
     assert v["caused_wait_ms"] == pytest.approx(t[late].caused_wait_ns / MS, abs=TOL)
+    assert v["root_caused_wait_ms"] == pytest.approx(root[late] / MS, abs=1e-5)
     assert v["last_arrival_pct"] == pytest.approx(100.0 * t[late].last_arrivals / t[late].instances, abs=TOL)
     assert v["instances_last"] == t[late].last_arrivals
-    assert (v["steps_seen"], v["steps_last"], v["chronic"]) == (n_steps, steps_last, steps_last * 2 > n_steps)
-    if n_steps >= 3:  # steps are the repeated measurements: top causer of a step by chance is 1 / ranks
-        p_value = binom.sf(steps_last - 1, n_steps, 1 / case.sc.ranks)  # P(X >= k)
-    else:  # else instances: last by chance is 1 / group size
-        mine = [i for i in case.truth.instances if late in i.ranks]
-        p_value = binom.sf(t[late].last_arrivals - 1, len(mine), sum(1 / len(i.ranks) for i in mine) / len(mine))
-    assert v["confidence"] == pytest.approx(min(t[late].caused_wait_ns / total, 1 - p_value), abs=1e-6)
+    assert (v["steps_seen"], v["steps_last"], v["chronic"]) == (len(steps), steps_last, steps_last * 2 > len(steps))
+    # consistency: steps are repeated measurements (top root-causer by chance: 1 / causers), instances too
+    # (last by chance: 1 / group size), and an overwhelming share of the root-caused wait counts as well
+    p_steps = binom.sf(steps_last - 1, n_steps, 1 / causers) if len(steps) >= 3 else 1.0
+    mine = [i for i in case.truth.instances if late in i.ranks]
+    chance = sum(1 / len(i.ranks) for i in mine) / len(mine)
+    k = t[late].last_arrivals
+    p_inst = binom.sf(k - 1, len(mine), chance) if k > len(mine) * chance else 1.0
+    share = root[late] / sum(root.values())
+    p_cons = min(p_steps, p_inst) if share < 0.8 else min(p_steps, p_inst, 1 - share)
+    assert v["confidence"] == pytest.approx(1 - p_cons, abs=1e-6)
     compute = {r: o.whole.compute_ns for r, o in case.oracles.items()}
     excess = compute[late] - statistics.median(c for r, c in compute.items() if r != late)
     assert v["compute_before_ms"] == pytest.approx(max(excess, 0) / MS, abs=TOL)
@@ -453,8 +464,9 @@ def test_one_rank_has_no_matched_waits_and_exact_breakdown(tmp_path: Path) -> No
     assert (row["wait_ms"], row["caused_wait_ms"], row["last_arrival_pct"], row["exposed_wait_ms"]) == (0, 0, None, 0)
     assert row["exposed_transfer_ms"] == pytest.approx(ref.whole.exposed_ns / MS, abs=TOL) and ref.whole.exposed_ns > 0
     assert row["compute_only_ms"] == pytest.approx(ref.whole.compute_only_ns / MS, abs=TOL)
-    assert rep["stragglers"] == {"verdict": None, "ranking": [
-        {"rank": 0, "caused_wait_ms": 0.0, "wait_ms": 0.0, "last_arrival_pct": None, "steps_last": 0, "instances": 0}]}
+    assert rep["stragglers"] == {"verdict": None, "roots": [], "ranking": [
+        {"rank": 0, "root_caused_wait_ms": 0.0, "propagated_wait_ms": 0.0, "caused_wait_ms": 0.0, "wait_ms": 0.0,
+         "last_arrival_pct": None, "steps_last": 0, "instances": 0}]}
     assert rep["matching"]["instances"] == 0 and rep["matching"]["unmatched_kernels"] == len(ref.comm) == 2 * 3
     assert rep["collectives"] == [] and rep["bandwidth"] == []
     assert rep["clock"] == {"method": "none", "reference_rank": 0, "offsets_us": {"0": 0.0}, "uncertainty_us": None,
