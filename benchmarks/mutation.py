@@ -28,6 +28,7 @@ MODULES = (
     "analyzer/metrics/overlap.py",
     "analyzer/metrics/waits.py",
     "analyzer/metrics/stragglers.py",
+    "analyzer/metrics/blame.py",
     "analyzer/match.py",
     "analyzer/align.py",
     "analyzer/graph.py",
@@ -37,6 +38,7 @@ MODULES = (
 TESTS = (
     "tests/test_pinned_fields.py",
     "tests/test_synthetic_crossrank.py",
+    "tests/test_blame.py",
     "tests/test_pinned_real.py::test_whole_window_fields_match_brute_force[gpu_h200/fsdp_balanced]",
     "tests/test_pinned_real.py::test_whole_window_fields_match_brute_force[gpu_h200/hybrid_tp_dp]",
 )
