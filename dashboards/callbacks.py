@@ -165,8 +165,11 @@ def register(app: dash.Dash, a: Analysis) -> None:
         sel = sel or EMPTY
         by_stream = "streams" in (opts or [])
         window: tuple[float, float] | None = None
-        zoom = _relayout_window(relayout) if ctx.triggered_id == "timeline" else None
-        if ctx.triggered_id == "timeline" and zoom is None:
+        # a click can fire a relayout (the page reflows) together with the selection: only a relayout alone
+        # is the user zooming; ctx.triggered_id names just one of several triggers
+        only_relayout = set(ctx.triggered_prop_ids) == {"timeline.relayoutData"}
+        zoom = _relayout_window(relayout) if only_relayout else None
+        if only_relayout and zoom is None:
             return no_update, no_update  # a relayout that is not an x zoom (legend, autosize, y pan)
         if isinstance(zoom, tuple):
             window = zoom
