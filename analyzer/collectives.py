@@ -77,8 +77,32 @@ def _link(cpu: pl.DataFrame, comm_calls: pl.DataFrame) -> pl.DataFrame:
     # innermost enclosing call: the latest one that started before the launch on the same thread
     joined = linked.join_asof(calls, left_on="launch_ns", right_on="c_start", by=["rank", "tid"],
                                 strategy="backward", check_sortedness=False)
-    joined = joined.filter(pl.col("c_end").is_not_null() & (pl.col("launch_ns") <= pl.col("c_end")))
-    return joined.select("rank", "correlation", *meta).unique(["rank", "correlation"], keep="first")
+    inside = joined.filter(pl.col("c_end").is_not_null() & (pl.col("launch_ns") <= pl.col("c_end")))
+    inside = inside.select("rank", "correlation", *meta).unique(["rank", "correlation"], keep="first")
+    return pl.concat([inside, _coalesced_p2p(linked, calls, inside, meta)], how="vertical_relaxed")
+
+
+_BATCH_GAP_NS = 5_000_000  # a batch's send/recv records and its one kernel launch are microseconds apart
+
+
+def _coalesced_p2p(linked: pl.DataFrame, calls: pl.DataFrame, inside: pl.DataFrame, meta: list[str]) -> pl.DataFrame:
+    """Launches of a ``batch_isend_irecv`` batch (PyTorch >= 2.x): each send/recv is recorded with its
+    group but launches nothing; the batch's one SendRecv kernel is launched after them, outside every
+    record (inside an ``nccl:coalesced`` annotation). It takes the group of the records just before it;
+    the op is the batch's (``send_recv``), its bytes unknown."""
+    p2p_calls = calls.filter(pl.col("op").is_in(["send", "recv"]) & pl.col("pg").is_not_null()).sort("c_end")
+    if p2p_calls.height == 0:
+        return inside.head(0)
+    rest = linked.join(inside.select("rank", "correlation"), on=["rank", "correlation"], how="anti")
+    got = (
+        rest.sort("launch_ns")
+        .join_asof(p2p_calls, left_on="launch_ns", right_on="c_end", by=["rank", "tid"], strategy="backward",
+                   check_sortedness=False)
+        .filter(pl.col("c_end").is_not_null() & (pl.col("launch_ns") - pl.col("c_end") <= _BATCH_GAP_NS))
+    )
+    blank = [c for c in meta if c not in ("pg", "pg_desc", "group_ranks", "group_size", "op")]
+    return got.select("rank", "correlation", *meta).with_columns(
+        pl.lit("send_recv").alias("op"), *[pl.lit(None, dtype=got.schema[c]).alias(c) for c in blank])
 
 
 def _fill_group_ranks(df: pl.DataFrame, groups: dict[int, tuple[ProcessGroup, ...]]) -> pl.DataFrame:
