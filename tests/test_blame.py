@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from analyzer.report.json import to_dict
-from sample_traces.generate import Collective, Scenario, build, write_kineto
+from sample_traces.generate import Collective, Scenario, build, default_groups, write_kineto
 from tests.helpers import run
 from tests.oracle_blame import oracle_roots
 
@@ -129,3 +129,34 @@ def test_binomial_tail_is_scipys_binomtest(k: int, n: int, p: float) -> None:
 
     want = binomtest(k, n, p, alternative="greater").pvalue if k > 0 else 1.0
     assert binom_sf(k, n, p) == pytest.approx(want, rel=1e-12)
+
+
+def _tp_chain(late: dict[int, tuple[int, str]], seed: int = 0) -> Scenario:
+    # 16 ranks, TP 4: four TP all-reduces per step (a layer's forward and backward), then the DP all-reduce;
+    # a late rank holds up its TP group only in the first, then the group runs in lockstep
+    pgs = default_groups(16, 4)
+    tp_names = tuple(pg.name for pg in pgs[1:5])
+    dp_names = tuple(pg.name for pg in pgs[5:])
+    cols = tuple(Collective("all_reduce", 2 << 20, 40_000, tp_names, after=k) for k in range(4))
+    cols += (Collective("all_reduce", 32 << 20, 150_000, dp_names, after=4),)
+    return Scenario(ranks=16, tp=4, steps=5, seed=seed, collectives=cols, late_ranks=late,
+                    compute_ns=(300_000, 250_000, 200_000, 150_000, 100_000))
+
+
+@pytest.mark.parametrize(("late", "kind", "seed"), [(5, "compute", 0), (10, "host", 1), (15, "compute", 2)])
+def test_lateness_carried_through_a_tp_chain_goes_back_to_its_root(tmp_path: Path, late: int, kind: str,
+                                                                    seed: int) -> None:
+    # the messengers were held only in the first TP all-reduce of the step, not in the one just before the
+    # DP all-reduce (a rule looking one collective back blamed them, as on the real tp_dp capture)
+    truth, a = _analyze(_tp_chain({late: (2_000_000, kind)}, seed), tmp_path)
+    root, prop = oracle_roots(truth)
+    got = {r["rank"]: r for r in to_dict(a)["ranks"]}
+    for r in truth.ranks:
+        assert got[r]["root_caused_wait_ms"] == pytest.approx(root[r] / 1e6, abs=1e-5), r
+        assert got[r]["propagated_wait_ms"] == pytest.approx(prop[r] / 1e6, abs=1e-5), r
+    assert root[late] > 0.9 * sum(root.values())
+    block = set(range(late - late % 4, late - late % 4 + 4)) - {late}
+    for m in block:  # each messenger arrived last at its DP all-reduce, yet roots none of that wait
+        assert got[m]["caused_wait_ms"] > 1.0 and got[m]["root_caused_wait_ms"] < 0.01 * got[m]["caused_wait_ms"]
+    v = a.verdict
+    assert v is not None and (v.rank, v.kind) == (late, kind)

@@ -1,15 +1,17 @@
 """Root cause: pass the wait a rank caused only because it was itself waiting back to whoever delayed it.
 
-Per matched instance i with last arriver L and waits w_q, L caused C_i = Σ_q w_q. Each participant
-was released from its previous collective (its latest matched kernel that ended before it arrived);
-say L was held there h_L, in instance j, and peer q was held h_q. Without its hold L would have
-arrived earlier by what set it apart from each peer: d_q = 0 if q was in j too (released with L), else
-max(0, h_L − h_q); so P_i = Σ_q min(w_q, d_q) of the wait is *propagated* (L was the messenger) and goes
-to whoever caused j, in the proportions j's own wait was root-caused; the rest, C_i − P_i, is L's
-*own* (its compute or host time). Instances form a forest (each has at most one parent j), so the
-whole attribution is a few vectorized passes over its levels: with f_c = P_c / C_a for a child c
-of a, the wait that traces back to a's own part is own_a × T_a with T_a = 1 + Σ_c f_c T_c.
-Clock-free: only durations and per-rank order are used.
+Per matched instance i with last arriver L and waits w_q, L caused C_i = Σ_q w_q. For each peer q, c is
+the last collective before i that L and q were both in (none: the capture's start): it released them
+together, so what set L later than q since then is the time L was held beyond q (H_L − H_q, summed waits
+in the collectives in between), the time it spent moving data beyond q (X_L − X_q, transfers), and its
+own work. Of w_q, min(w_q, max(0, H_L − H_q)) is *propagated* (L was the messenger) and goes to whoever
+caused the collective j that held L longest since c, in the proportions j's wait was root-caused; then
+min(rest, max(0, X_L − X_q)) traces to slower transfers (``transfer_ns``: no rank's fault); the rest is
+L's *own* (its compute or host time). Looking back to c rather than to L's previous collective follows a
+delay carried through a chain (a TP group that ran in lockstep after one hold, then met its DP peers).
+Each instance has at most one parent j, so the attribution is a few vectorized passes over the levels
+of a forest: with f_c = P_c / C_a for a child c of a, the wait that traces back to a's own part is
+own_a × T_a with T_a = 1 + Σ_c f_c T_c. Clock-free: only durations and per-rank order are used.
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ class Blame:
 _INSTANCE_SCHEMA = {
     "instance": pl.Utf8, "step": pl.Int64, "pg": pl.Utf8, "group_ranks": pl.Utf8, "n_ranks": pl.UInt32,
     "last_rank": pl.Int32,
-    "caused_ns": pl.Float64, "own_ns": pl.Float64, "propagated_ns": pl.Float64, "parent": pl.Utf8,
+    "caused_ns": pl.Float64, "own_ns": pl.Float64, "propagated_ns": pl.Float64, "transfer_ns": pl.Float64,
+    "parent": pl.Utf8,
 }
 
 
@@ -58,7 +61,7 @@ def root_cause(rows: pl.DataFrame, ranks: list[int]) -> Blame:
 
 
 def _instances(rows: pl.DataFrame) -> pl.DataFrame:
-    """Per instance: caused, own and propagated wait, and the parent instance that held the last arriver."""
+    """Per instance: caused, own, propagated and transfer-caused wait, and the instance that held L most."""
     if rows.height == 0:
         return pl.DataFrame(schema=_INSTANCE_SCHEMA)
     inst = (
@@ -69,32 +72,74 @@ def _instances(rows: pl.DataFrame) -> pl.DataFrame:
             pl.col("wait_ns").sum().cast(pl.Float64).alias("caused_ns"),
         )
     )
-    # each participant's previous matched kernel (its own clock): the latest that ended before it arrived,
-    # and how long it was held there
-    prev = rows.select(
-        "rank", pl.col("instance").alias("parent"), pl.col("end_ns").alias("p_end"),
-        pl.col("wait_ns").cast(pl.Float64).alias("held"),
-    ).sort("p_end")
-    part = rows.select("instance", "rank", "start_ns", pl.col("wait_ns").cast(pl.Float64).alias("w")).sort("start_ns")
-    part = part.join_asof(prev, left_on="start_ns", right_on="p_end", by="rank", strategy="backward",
-                          check_sortedness=False).with_columns(pl.col("held").fill_null(0.0))
-    last = part.join(inst.select("instance", pl.col("last_rank").alias("rank")), on=["instance", "rank"], how="semi")
-    inst = inst.join(last.select("instance", "parent", pl.col("held").alias("l_held")), on="instance", how="left")
-    # a peer that was in j itself was released as late as L; one held elsewhere as long as L was is
-    # no earlier either: only the hold L had beyond the peer's sets L apart
-    rel = (
-        part.join(inst.select("instance", pl.col("parent").alias("l_parent"), "l_held", "last_rank"), on="instance")
-        .filter(pl.col("rank") != pl.col("last_rank"))
-        .with_columns(
-            pl.when(pl.col("parent") == pl.col("l_parent")).then(0.0)
-            .otherwise((pl.col("l_held").fill_null(0.0) - pl.col("held")).clip(0.0)).alias("delta")
-        )
+    # each rank's comm kernels in its own order, with running totals of the time it was held (wait) and
+    # moving data (transfer): differences of these between two kernels are clock-free
+    nodes = (
+        rows.select("rank", "instance", "start_ns", "group_ranks", pl.col("wait_ns").cast(pl.Float64).alias("w"),
+                    (pl.col("end_ns") - pl.col("start_ns") - pl.col("wait_ns")).cast(pl.Float64).clip(0.0).alias("x"))
+        .sort("rank", "start_ns")
+        .with_columns(pl.int_range(pl.len()).over("rank").alias("ord"),
+                      pl.col("w").cum_sum().over("rank").alias("H"), pl.col("x").cum_sum().over("rank").alias("X"))
     )
-    prop = rel.group_by("instance").agg(pl.min_horizontal("w", "delta").clip(0.0).sum().alias("propagated_ns"))
-    inst = inst.join(prop, on="instance", how="left").with_columns(pl.col("propagated_ns").fill_null(0.0))
-    inst = inst.with_columns(
-        pl.when(pl.col("propagated_ns") > 0).then(pl.col("parent")).otherwise(None).alias("parent"),
-        (pl.col("caused_ns") - pl.col("propagated_ns")).alias("own_ns"),
+    lnode = nodes.join(inst.select("instance", pl.col("last_rank").alias("rank")), on=["instance", "rank"], how="semi")
+    peers = (
+        nodes.join(inst.select("instance", "last_rank"), on="instance")
+        .filter(pl.col("rank") != pl.col("last_rank"))
+        .select("instance", pl.col("rank").alias("q"), pl.col("w").alias("w_q"),
+                (pl.col("H") - pl.col("w")).alias("Hq_i"), (pl.col("X") - pl.col("x")).alias("Xq_i"))
+        .join(lnode.select("instance", pl.col("rank").alias("L"), pl.col("ord").alias("ord_i"),
+                           (pl.col("H") - pl.col("w")).alias("HL_i"), (pl.col("X") - pl.col("x")).alias("XL_i")),
+              on="instance")
+    )
+    # c: the last collective before i that L and q were both in (L's latest earlier kernel whose group holds q)
+    members = (nodes.select("group_ranks").unique()
+               .with_columns(pl.col("group_ranks").str.split(",").cast(pl.List(pl.Int32)).alias("member"))
+               .explode("member"))
+    cand = peers.select("instance", "q", "L", "ord_i").join(members, left_on="q", right_on="member")
+    cand = cand.join(members, left_on=["group_ranks", "L"], right_on=["group_ranks", "member"], how="semi")
+    lhist = nodes.select(pl.col("rank").alias("L"), "group_ranks", pl.col("ord").alias("ord_c"),
+                         pl.col("instance").alias("c"))
+    common = (
+        cand.sort("ord_i").join_asof(lhist.sort("ord_c"), left_on="ord_i", right_on="ord_c",
+                                     by=["L", "group_ranks"], strategy="backward", allow_exact_matches=False,
+                                     check_sortedness=False)
+        .filter(pl.col("c").is_not_null())
+        .sort("ord_c").group_by("instance", "q").agg(pl.col("c").last(), pl.col("ord_c").last())
+    )
+    at_c = nodes.select(pl.col("instance").alias("c"), "rank", "H", "X")
+    peers = (
+        peers.join(common, on=["instance", "q"], how="left")
+        .join(at_c.rename({"rank": "L", "H": "HL_c", "X": "XL_c"}), on=["c", "L"], how="left")
+        .join(at_c.rename({"rank": "q", "H": "Hq_c", "X": "Xq_c"}), on=["c", "q"], how="left")
+    )
+    # since c released them together (no common collective yet: since the capture began), what set L
+    # later than q: the holds L had beyond q's (that wait is passed back), then the extra time L spent
+    # moving data (no rank's fault); the rest is L's own work
+    since = {f"{a}_c": pl.col(f"{a}_c").fill_null(0.0) for a in ("HL", "XL", "Hq", "Xq")}
+    peers = peers.with_columns(**since).with_columns(
+        ((pl.col("HL_i") - pl.col("HL_c")) - (pl.col("Hq_i") - pl.col("Hq_c"))).clip(0.0).alias("dH"),
+        ((pl.col("XL_i") - pl.col("XL_c")) - (pl.col("Xq_i") - pl.col("Xq_c"))).clip(0.0).alias("dX"),
+    ).with_columns(pl.min_horizontal("w_q", "dH").alias("hold"))
+    peers = peers.with_columns(pl.min_horizontal(pl.col("w_q") - pl.col("hold"), "dX").clip(0.0).alias("xfer"))
+    agg = peers.group_by("instance").agg(
+        pl.col("hold").sum().alias("propagated_ns"), pl.col("xfer").sum().alias("transfer_ns"),
+        pl.col("ord_c").filter(pl.col("hold") > 0).min().alias("lo"), pl.col("L").first(), pl.col("ord_i").first(),
+    )
+    # the propagated part goes to the collective that held L longest since then
+    held = nodes.filter(pl.col("w") > 0).select(pl.col("rank").alias("L"), "ord", "w", pl.col("instance").alias("parent"))
+    todo = agg.filter(pl.col("propagated_ns") > 0).select("instance", "L", pl.col("lo").fill_null(-1), "ord_i")
+    parent = (
+        todo.join_where(held, pl.col("L") == pl.col("L_right"), pl.col("ord") > pl.col("lo"),
+                        pl.col("ord") < pl.col("ord_i"))
+        .sort("w", "ord").group_by("instance").agg(pl.col("parent").last())
+    )
+    inst = (
+        inst.join(agg.select("instance", "propagated_ns", "transfer_ns"), on="instance", how="left")
+        .join(parent, on="instance", how="left")
+        .with_columns(pl.col("propagated_ns", "transfer_ns").fill_null(0.0))
+        .with_columns(pl.when(pl.col("parent").is_null()).then(0.0).otherwise(pl.col("propagated_ns"))
+                      .alias("propagated_ns"))
+        .with_columns((pl.col("caused_ns") - pl.col("propagated_ns") - pl.col("transfer_ns")).clip(0.0).alias("own_ns"))
     )
     return inst.select(list(_INSTANCE_SCHEMA)).sort("instance")
 
