@@ -74,12 +74,12 @@ def analyze(ts: TraceSet, dims: dimensions.Options | None = None, busbw: dict[st
     roots_of = blame.root_cause(matched, ranks)
     order = stragglers.ranking(rtable, expected, roots_of)
     comm_ns = {r: float(c) for r, c in totals.select("rank", "comm_ns").iter_rows()}
-    found = stragglers.roots(order, roots_of, comm_ns, lambda r: waits.lateness_cause(matched, covs, r))
-
     dims = dims or dimensions.Options()
     warnings.extend(dimensions.layout_warnings(dims.layout, ts.world_size or len(ranks)))
     groups = dimensions.groups(dimensions.meta_groups(ts.ranks), rows, ts.world_size or len(ranks),
                                dimensions.hosts(ts.ranks), dims)
+    found = stragglers.roots(order, roots_of, comm_ns, lambda r: waits.lateness_cause(matched, covs, r),
+                             dimensions.replicas(groups, ts.world_size or len(ranks)))
     drows = dimensions.row_dimensions(rows, groups, dims.layout)
     dim_df = dimensions.per_rank(drows, ts.gpu, ranks, roots_of.flows)
     itable = itable.join(drows.group_by("instance").agg(pl.col("dimension").first(), pl.col("intra_node").first()),

@@ -144,6 +144,17 @@ def hosts(metas: tuple) -> pl.DataFrame | None:
     return pl.DataFrame({"rank": ranks, "host": [named[r] for r in ranks]}, schema={"rank": pl.Int32, "host": pl.Utf8})
 
 
+def replicas(groups: pl.DataFrame, world: int) -> dict[int, list[int]]:
+    """Each rank's data-parallel peers: the ranks with the same role (pipeline stage, TP position) in the
+    other replicas. Only where the DP group is smaller than the job, so that roles exist."""
+    dp = groups.filter(pl.col("dimension").is_in(["dp", "fsdp"]) & (pl.col("size") >= 2) & (pl.col("size") < world))
+    out: dict[int, set[int]] = {}
+    for members in dp["ranks"].to_list():
+        for r in members:
+            out.setdefault(r, set()).update(m for m in members if m != r)
+    return {r: sorted(p) for r, p in out.items()}
+
+
 def groups(meta_groups: pl.DataFrame, rows: pl.DataFrame, world: int, hosts: pl.DataFrame | None,
            opts: Options) -> pl.DataFrame:
     """One row per process group: pg, desc, ranks, size, dimension, dimension_source, guess, intra_node.

@@ -121,8 +121,13 @@ def roots(
     blame: Blame,
     comm_ns: dict[int, float],
     cause_of: Callable[[int], dict[str, float]],
+    replicas: dict[int, list[int]] | None = None,
 ) -> list[Verdict]:
     """Independent root stragglers, most costly first (empty: none significant).
+
+    ``replicas``: each rank's ranks of the same role in the other data-parallel replicas. A root must
+    also stand out among them (MIN_EFFECT times their median): lateness every replica's last pipeline
+    stage shows alike is the schedule's structure, not a straggler.
 
     ``order`` from :func:`ranking`; ``cause_of(rank)`` from waits.lateness_cause.
     """
@@ -155,7 +160,10 @@ def roots(
         dominant = effect >= MIN_EFFECT
         others_comm = sum(v for r, v in comm_ns.items() if r != rank)
         visible = others_comm > 0 and root / others_comm >= MIN_WAIT_SHARE_OF_COMM
-        if not (consistent and dominant and visible):
+        peers = (replicas or {}).get(rank, [])
+        peer_root = order.filter(pl.col("rank").is_in(peers))["root_caused_wait_ns"].median() if peers else None
+        stands_out = peer_root is None or root >= MIN_EFFECT * float(peer_root)
+        if not (consistent and dominant and visible and stands_out):
             continue
         p_cons = min(p_steps, p_inst) if share < DOMINANT_SHARE else min(p_steps, p_inst, 1.0 - share)
         confidence = 1.0 - p_cons
