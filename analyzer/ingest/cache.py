@@ -1,7 +1,9 @@
 """Per-file Parquet cache of a reader's tables.
 
 Keyed by the file's absolute path, size and mtime, the parser version and the read options, in a
-user cache directory (``COMMSCOPE_CACHE_DIR`` overrides) — never next to the user's traces.
+user cache directory (``COMMSCOPE_CACHE_DIR`` overrides) — never next to the user's traces. Long
+process-group member lists are kept once for all entries (``groups/``, by content hash), so the
+manifests of a job's ranks stay O(ranks) bytes in all, not O(ranks^2).
 """
 
 from __future__ import annotations
@@ -25,9 +27,12 @@ from .discover import TraceFile
 from .options import ReadOptions
 
 # bump when a reader's tables change: old entries are then ignored (7: p2p peers and split sizes, launches
-# of GPU work only, Nsight NCCL/step ranges only, impossible GPU times left for the loader to count)
-PARSER_VERSION = "7"
+# of GPU work only, Nsight NCCL/step ranges only, impossible GPU times left for the loader to count;
+# 8: long process-group member lists stored once in the cache dir, manifests refer to them)
+PARSER_VERSION = "8"
 _TABLES = ("gpu", "cpu", "comm_calls", "steps")
+GROUPS_DIR = "groups"  # beside the entries: member lists by content hash, shared by every rank that lists them
+_INLINE_MEMBERS = 64  # shorter member lists stay in the manifest
 
 
 def cache_dir() -> Path:
@@ -116,6 +121,7 @@ class _RawGroup(msgspec.Struct):
     name: str
     desc: str
     ranks: msgspec.Raw  # left undecoded: thousands of ranks repeat the same member lists
+    ref: str = ""  # set: the members are in GROUPS_DIR/<ref>.json (ranks is then [])
 
 
 def _manifest_decoder() -> msgspec.json.Decoder:
@@ -140,10 +146,11 @@ def _manifest(folder: Path, shared: dict[tuple[str, str, bytes], ProcessGroup]) 
             m = raw.meta
             groups = []
             for g in m.process_groups:
-                key = (g.name, g.desc, bytes(g.ranks))
+                key = (g.name, g.desc, g.ref.encode() if g.ref else bytes(g.ranks))
                 pg = shared.get(key)
                 if pg is None:
-                    pg = shared[key] = ProcessGroup(g.name, g.desc, msgspec.json.decode(g.ranks, type=tuple[int, ...]))
+                    members = _members(folder.parent, g.ref) if g.ref else g.ranks
+                    pg = shared[key] = ProcessGroup(g.name, g.desc, msgspec.json.decode(members, type=tuple[int, ...]))
                 groups.append(pg)
             fields = {f: getattr(m, f) for f in _META_FIELDS}
             fields["process_groups"] = tuple(groups)
@@ -151,6 +158,46 @@ def _manifest(folder: Path, shared: dict[tuple[str, str, bytes], ProcessGroup]) 
         return entries
     except (OSError, ValueError, KeyError, TypeError, msgspec.DecodeError):
         return None  # absent, or a damaged cache entry: rebuilt, never trusted
+
+
+def _members(root: Path, ref: str) -> bytes:
+    """A stored member list, checked against its content hash; a damaged one is removed (so the entry's
+    rebuild writes it again) and raises."""
+    path = root / GROUPS_DIR / f"{ref}.json"
+    data = path.read_bytes()
+    if _ref(data) != ref:
+        path.unlink(missing_ok=True)
+        raise ValueError(f"damaged member list {path}")
+    return data
+
+
+def _ref(members: bytes) -> str:
+    return hashlib.sha256(members).hexdigest()[:32]
+
+
+def _stored_groups(root: Path, groups: tuple[ProcessGroup, ...]) -> list[dict]:
+    """The manifest's view of a rank's process groups: long member lists written once under ``root``
+    (O(ranks) bytes per job, not O(ranks) per rank) and named by their hash."""
+    out = []
+    for g in groups:
+        if len(g.ranks) <= _INLINE_MEMBERS:
+            out.append({"name": g.name, "desc": g.desc, "ranks": g.ranks})
+            continue
+        data = msgspec.json.encode(g.ranks)
+        ref = _ref(data)
+        path = root / GROUPS_DIR / f"{ref}.json"
+        if not path.is_file():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+                os.replace(tmp, path)  # atomic; writers of the same list write the same bytes
+            finally:
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
+        out.append({"name": g.name, "desc": g.desc, "ranks": [], "ref": ref})
+    return out
 
 
 def _read_tables(paths: list[Path]) -> list[pl.DataFrame] | None:
@@ -187,8 +234,10 @@ def _store(folder: Path, traces: list[RankTrace]) -> None:
         for i, t in enumerate(traces):
             for name in _TABLES:
                 getattr(t, name).write_parquet(tmp / f"{i}.{name}.parquet", compression="lz4")
-            entries.append({"meta": t.meta, "steps_on_gpu": t.steps_on_gpu})
-        # msgspec writes the dataclass as asdict + json.dumps would, without deep-copying every member rank
+            meta = {f: getattr(t.meta, f) for f in _META_FIELDS}
+            meta["process_groups"] = _stored_groups(folder.parent, t.meta.process_groups)
+            entries.append({"meta": meta, "steps_on_gpu": t.steps_on_gpu})
+        # msgspec writes the fields as asdict + json.dumps would, without deep-copying every member rank
         (tmp / "manifest.json").write_bytes(msgspec.json.encode(entries))
         if folder.exists():
             shutil.rmtree(folder, ignore_errors=True)
