@@ -110,6 +110,48 @@ def _read_in_worker(tf: TraceFile, opts: ReadOptions, use_cache: bool,
     return res
 
 
+def _read_chunk_in_worker(tfs: list[TraceFile], opts: list[ReadOptions], use_cache: bool,
+                          cache_root: str | None = None) -> list[list[RankTrace] | Skipped | _Stored]:
+    """Several small files in one task: parsed one by one, their cache entries written together (one
+    pack of tables for all of them, ``cache.store_many``)."""
+    if len(tfs) == 1 or not use_cache:
+        return [_read_in_worker(tf, o, use_cache, cache_root) for tf, o in zip(tfs, opts)]
+    if cache_root is not None:
+        os.environ["COMMSCOPE_CACHE_DIR"] = cache_root
+    from .ingest.cache import entry_dir, store_many
+
+    res: list[list[RankTrace] | Skipped | _Stored] = [read_one(tf, o, use_cache=False) for tf, o in zip(tfs, opts)]
+    try:
+        folders = {i: entry_dir(tfs[i], opts[i]) for i, r in enumerate(res) if not isinstance(r, Skipped)}
+        store_many([(f, res[i]) for i, f in folders.items()])  # type: ignore[misc]
+    except OSError:
+        return res  # a read-only or full cache directory must not fail the analysis
+    return [_Stored(str(folders[i])) if i in folders else r for i, r in enumerate(res)]
+
+
+# a task holds at most this many files and bytes: big files go alone, small ones share a pack
+_CHUNK_FILES = 64
+_CHUNK_BYTES = 32 << 20
+
+
+def _chunks(files: list[TraceFile], todo: list[int], jobs: int) -> list[list[int]]:
+    """Consecutive files grouped into tasks, at least ~4 per worker where there are that many files."""
+    limit = max(1, min(_CHUNK_FILES, len(todo) // (4 * jobs)))
+    out: list[list[int]] = []
+    size = 0
+    for i in todo:
+        try:
+            n = files[i].path.stat().st_size
+        except OSError:
+            n = _CHUNK_BYTES
+        if not out or len(out[-1]) >= limit or size + n > _CHUNK_BYTES:
+            out.append([])
+            size = 0
+        out[-1].append(i)
+        size += n
+    return out
+
+
 def _from_workers(stored: list[_Stored]) -> list[list[RankTrace] | None]:
     """The cache entries the workers wrote, read together (None where one has gone meanwhile)."""
     from .ingest.cache import load_entries
@@ -185,19 +227,20 @@ def _read_all(files: list[TraceFile], options: LoadOptions) -> list[list[RankTra
         # One task per file, at most `jobs` alive: a worker holds one rank's bytes and events at a time.
         ctx = worker_context()
         stored: dict[int, _Stored] = {}
-        with ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=ctx) as pool:
+        chunks = _chunks(files, todo, jobs)
+        with ProcessPoolExecutor(max_workers=min(jobs, len(chunks)), mp_context=ctx) as pool:
             from .ingest.cache import cache_dir
 
             root = str(cache_dir())
-            futures = {pool.submit(_read_in_worker, files[i], opts[i], options.cache, root): i for i in todo}
+            futures = {pool.submit(_read_chunk_in_worker, [files[i] for i in c], [opts[i] for i in c],
+                                   options.cache, root): c for c in chunks}
             for f in as_completed(futures):
-                i = futures[f]
-                res = f.result()
-                if isinstance(res, _Stored):
-                    stored[i] = res
-                else:
-                    results[i] = res
-                done(files[i].path.name)
+                for i, res in zip(futures[f], f.result()):
+                    if isinstance(res, _Stored):
+                        stored[i] = res
+                    else:
+                        results[i] = res
+                    done(files[i].path.name)
         for i, res in zip(stored, _from_workers(list(stored.values()))):
             results[i] = res if res is not None else read_one(files[i], opts[i], options.cache)  # entry gone meanwhile
         return [r for r in results if r is not None]

@@ -31,7 +31,7 @@ def _fill(tmp_path: Path) -> list[Path]:
 def test_batched_read_equals_one_by_one(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("COMMSCOPE_CACHE_DIR", str(tmp_path / "c"))
     folders = _fill(tmp_path)
-    (folders[2] / "0.cpu.parquet").write_bytes(b"not parquet")  # damaged: rebuilt later, never trusted
+    (folders[2] / "0" / "cpu.parquet").write_bytes(b"not parquet")  # damaged: rebuilt later, never trusted
     batch = cache.load_entries(folders)
     assert batch[2] is None
     for folder, got in zip(folders, batch):
@@ -82,3 +82,26 @@ def test_long_member_lists_are_stored_once(tmp_path: Path, monkeypatch) -> None:
     assert not lists[0].exists()  # removed, so the rebuild below writes it again
     _fill(tmp_path)
     assert lists[0].exists() and all(d is not None for d in cache.load_entries(folders))
+
+
+def test_pack_of_many_entries_reads_as_single_entries(tmp_path: Path, monkeypatch) -> None:
+    """Entries written together share one pack of tables; each reads back as its own entry would, and a
+    damaged pack makes every entry that names it a miss."""
+    monkeypatch.setenv("COMMSCOPE_CACHE_DIR", str(tmp_path / "c"))
+    folders = _fill(tmp_path)  # one entry each, tables in the entry's own folder
+    alone = cache.load_entries(folders)
+    traces = [cache.load_entry(f) for f in folders]
+    packed_root = tmp_path / "p"
+    packed = [packed_root / f.name for f in folders]
+    cache.store_many([(f, t) for f, t in zip(packed, traces)])  # type: ignore[misc]
+    packs = list((packed_root / cache.PACKS_DIR).iterdir())
+    assert len(packs) == 1 and sorted(p.name for p in packs[0].iterdir()) == sorted(
+        f"{n}.parquet" for n in ("gpu", "cpu", "comm_calls", "steps"))
+    assert not list(packed[0].rglob("*.parquet"))  # the entry holds only its manifest
+    got = cache.load_entries(packed)
+    for a, b in zip(alone, got):
+        assert a is not None and b is not None and a[0].meta == b[0].meta
+        for name in ("gpu", "cpu", "comm_calls", "steps"):
+            assert_frame_equal(getattr(a[0], name), getattr(b[0], name))
+    (packs[0] / "gpu.parquet").write_bytes(b"damaged")
+    assert cache.load_entries(packed) == [None] * len(packed)
