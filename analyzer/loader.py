@@ -34,7 +34,7 @@ from .model import (
 )
 from .ranklist import compact
 from .timeline import MIN_STEP_COVERAGE, gpu_step_windows, host_step_windows, step_coverage, tile_steps
-from .workers import worker_context
+from .workers import prestart, worker_context
 
 
 @dataclass(frozen=True)
@@ -163,6 +163,10 @@ def load(paths: list[Path], options: LoadOptions | None = None) -> TraceSet:
     options = options or LoadOptions()
     files = discover(paths)
     results = _read_all(files, options)
+    if options.cache and not options.scheduler:
+        from .cachedir import mark_seen
+
+        mark_seen(paths)
     traces: list[RankTrace] = []
     skipped: list[Skipped] = []
     for res in results:
@@ -203,7 +207,7 @@ def _read_all(files: list[TraceFile], options: LoadOptions) -> list[list[RankTra
             return read_on_cluster(files, opts, options.scheduler, done)
         results: list[list[RankTrace] | Skipped | None] = [None] * len(files)
         todo = list(range(len(files)))
-        if options.cache and jobs > 1:
+        if options.cache:
             # cache hits are read together, one Parquet read per table for all of them; a worker would
             # cost more in start-up and pickling
             from .ingest.cache import entry_dir, load_entries
@@ -214,6 +218,9 @@ def _read_all(files: list[TraceFile], options: LoadOptions) -> list[list[RankTra
                     folders[i] = entry_dir(files[i], opts[i])
                 except OSError:
                     pass
+            if jobs > 1 and sum(not (f / "manifest.json").is_file() for f in folders.values()) + \
+                    len(todo) - len(folders) > 1:
+                prestart()  # misses the CLI did not expect: the workers' server imports while hits are read
             for i, hit in zip(folders, load_entries(list(folders.values()))):
                 if hit is not None:
                     results[i] = hit
@@ -224,7 +231,8 @@ def _read_all(files: list[TraceFile], options: LoadOptions) -> list[list[RankTra
                 results[i] = read_one(files[i], opts[i], options.cache)
                 done(files[i].path.name)
             return [r for r in results if r is not None]
-        # One task per file, at most `jobs` alive: a worker holds one rank's bytes and events at a time.
+        # One task per file (small files: per chunk), at most `jobs` alive: a worker holds one rank's bytes
+        # and events at a time.
         ctx = worker_context()
         stored: dict[int, _Stored] = {}
         chunks = _chunks(files, todo, jobs)

@@ -23,6 +23,7 @@ from pathlib import Path
 import msgspec
 import polars as pl
 
+from ..cachedir import cache_dir
 from ..model import ProcessGroup, RankMeta, RankTrace
 from . import Reader, reader_for
 from .discover import TraceFile
@@ -35,14 +36,6 @@ PARSER_VERSION = "8"
 _TABLES = ("gpu", "cpu", "comm_calls", "steps")
 GROUPS_DIR = "groups"  # beside the entries: member lists by content hash, shared by every rank that lists them
 _INLINE_MEMBERS = 64  # shorter member lists stay in the manifest
-
-
-def cache_dir() -> Path:
-    env = os.environ.get("COMMSCOPE_CACHE_DIR")
-    if env:
-        return Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "commscope"
 
 
 def cache_key(tf: TraceFile, opts: ReadOptions) -> str:
