@@ -11,10 +11,12 @@ and its rows there.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import os
 import shutil
+import stat
 import tempfile
 import typing
 from collections.abc import Callable
@@ -39,12 +41,26 @@ _INLINE_MEMBERS = 64  # shorter member lists stay in the manifest
 
 
 def cache_key(tf: TraceFile, opts: ReadOptions) -> str:
-    st = tf.path.stat()
+    path, st = _resolved(tf.path)
     ident = json.dumps(
-        [str(tf.path.resolve()), st.st_size, st.st_mtime_ns, PARSER_VERSION, tf.format,
+        [str(path), st.st_size, st.st_mtime_ns, PARSER_VERSION, tf.format,
          opts.rank_hint, sorted(opts.rank_map.items()), opts.step_marker],
     )
     return hashlib.sha256(ident.encode()).hexdigest()[:32]
+
+
+@functools.lru_cache(maxsize=64)
+def _real_dir(folder: str) -> str:
+    return os.path.realpath(folder)
+
+
+def _resolved(path: Path) -> tuple[Path, os.stat_result]:
+    """``path.resolve()`` and its stat; a file that is no link resolves through its folder, which thousands
+    of ranks share (one lstat each, not a walk of every component)."""
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode):
+        return path.resolve(), path.stat()
+    return Path(_real_dir(os.path.abspath(path.parent))) / path.name, st
 
 
 def entry_dir(tf: TraceFile, opts: ReadOptions) -> Path:
