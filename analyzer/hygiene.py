@@ -26,10 +26,11 @@ def _invalid_counts(traces: list[RankTrace]) -> list[int]:
     """Each trace's number of invalid GPU events: one query over all of them (thousands of ranks)."""
     if not traces:
         return []
-    frames = [t.gpu.select("start_ns", "end_ns") for t in traces]
+    frames = [t.gpu for t in traces]
     try:
-        flags = pl.concat(frames, rechunk=False).select(invalid_times().fill_null(False).cast(pl.Int64))
-    except pl.exceptions.PolarsError:  # time columns of different types: one rank at a time
+        flags = pl.concat(frames, how="vertical", rechunk=False).select(
+            invalid_times().fill_null(False).cast(pl.Int64))
+    except (pl.exceptions.SchemaError, pl.exceptions.ShapeError):  # tables of different shapes: one at a time
         return [int(f.select(invalid_times().sum()).item() or 0) for f in frames]
     ends = np.cumsum([f.height for f in frames])
     cs = np.concatenate([[0], np.cumsum(flags.to_series().to_numpy())])

@@ -305,16 +305,28 @@ def _tile_sparse_steps(steps: pl.DataFrame, gpu: pl.DataFrame) -> tuple[pl.DataF
     )
 
 
+def _concat(schema: dict[str, pl.DataType], frames: list[pl.DataFrame]) -> pl.DataFrame:
+    """``pl.concat`` of each frame conformed to ``schema``; frames that already share one schema (cache hits)
+    are concatenated first and conformed once (thousands of ranks)."""
+    shared = [f for f in frames if f.width]
+    if shared:
+        try:
+            return conform(pl.concat(shared, how="vertical"), schema)
+        except (pl.exceptions.SchemaError, pl.exceptions.ShapeError):
+            pass  # columns differ between frames: each conformed on its own
+    return pl.concat([conform(f, schema) for f in frames])
+
+
 def assemble(traces: list[RankTrace], skipped: list[Skipped], warnings: list[str],
              step_marker: str | None = None) -> TraceSet:
-    gpu = pl.concat([conform(t.gpu, GPU_SCHEMA) for t in traces])
-    cpu = pl.concat([conform(t.cpu, CPU_SCHEMA) for t in traces])
-    calls = pl.concat([conform(t.comm_calls, COMM_CALL_SCHEMA) for t in traces])
-    host_steps = [conform(t.steps, STEP_SCHEMA) for t in traces if not t.steps_on_gpu]
-    gpu_steps = [conform(t.steps, STEP_SCHEMA) for t in traces if t.steps_on_gpu]
-    steps = pl.concat([*gpu_steps, conform(pl.DataFrame(), STEP_SCHEMA)])
+    gpu = _concat(GPU_SCHEMA, [t.gpu for t in traces])
+    cpu = _concat(CPU_SCHEMA, [t.cpu for t in traces])
+    calls = _concat(COMM_CALL_SCHEMA, [t.comm_calls for t in traces])
+    host_steps = [t.steps for t in traces if not t.steps_on_gpu]
+    gpu_steps = [t.steps for t in traces if t.steps_on_gpu]
+    steps = _concat(STEP_SCHEMA, [*gpu_steps, pl.DataFrame()])
     if host_steps:
-        steps = pl.concat([steps, gpu_step_windows(pl.concat(host_steps), gpu, cpu)])
+        steps = pl.concat([steps, gpu_step_windows(_concat(STEP_SCHEMA, host_steps), gpu, cpu)])
     steps = steps.sort("rank", "start_ns")
     steps, tiled = _tile_sparse_steps(steps, gpu)
     if tiled:
