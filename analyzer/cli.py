@@ -63,9 +63,15 @@ def load_options(rank_map: tuple[str, ...], step_marker: str | None, jobs: int |
                        cache=not no_cache)
 
 
-def start_workers(paths: tuple[Path, ...] | list[Path], jobs: int | None) -> None:
-    """Start the parse workers' fork server before the heavy imports, so both import at once (~0.4 s)."""
+def start_workers(paths: tuple[Path, ...] | list[Path], jobs: int | None, cache: bool = True) -> None:
+    """Start the parse workers' fork server before the heavy imports, so both import at once (~0.4 s);
+    not for inputs read from the cache before (the loader starts it if a rank is not there after all)."""
     if jobs != 1 and (len(paths) > 1 or any(p.is_dir() for p in paths)):
+        if cache:
+            from .cachedir import seen
+
+            if seen(paths):
+                return
         from .workers import prestart
 
         prestart()
@@ -128,7 +134,7 @@ def analyze(paths: tuple[Path, ...], fmt: str, output: Path | None, show_steps: 
 
     def run() -> None:
         if not scheduler:
-            start_workers(paths, jobs)
+            start_workers(paths, jobs, not no_cache)
         from .analysis import analyze as run_analysis
         from .loader import load
         from .report import render
@@ -165,7 +171,7 @@ def dashboard(paths: tuple[Path, ...], host: str, port: int, debug: bool, rank_m
     """Serve the interactive dashboard over these traces (loaded and analyzed once)."""
 
     def run() -> None:
-        start_workers(paths, jobs)
+        start_workers(paths, jobs, not no_cache)
         from dashboards.app import serve
 
         from .analysis import analyze as run_analysis
@@ -195,7 +201,7 @@ def export(paths: tuple[Path, ...], output: Path, fmt: str | None, steps_sel: st
     """One Perfetto trace of every rank on the aligned clock (--ranks picks what is written, not analyzed)."""
 
     def run() -> None:
-        start_workers(paths, jobs)
+        start_workers(paths, jobs, not no_cache)
         from .export import run_export
 
         n = run_export(list(paths), output, fmt, load_options(rank_map, step_marker, jobs, None, no_cache),
@@ -227,7 +233,7 @@ def compare(base: Path, new: Path, fail_on: tuple[str, ...], thresholds_file: Pa
     outcome = {"passed": True}
 
     def run() -> None:
-        start_workers([base, new], jobs)
+        start_workers([base, new], jobs, not no_cache)
         from . import thresholds
         from .analysis import analyze as run_analysis
         from .compare import compare as compare_runs

@@ -106,9 +106,12 @@ def _coalesced_p2p(linked: pl.DataFrame, calls: pl.DataFrame, inside: pl.DataFra
 
 
 def _fill_group_ranks(df: pl.DataFrame, groups: dict[int, tuple[ProcessGroup, ...]]) -> pl.DataFrame:
-    text: dict[tuple[int, ...], str] = {}  # each distinct member list spelled once, not once per rank
+    # each distinct member list spelled once, not once per rank (by identity: ranks read from the cache share
+    # one object per group; hashing a 16k-member tuple per rank would cost more than the join)
+    text: dict[int, str] = {}
     rows = [
-        {"rank": r, "pg": g.name, "_ranks": text.get(g.ranks) or text.setdefault(g.ranks, ",".join(map(str, g.ranks))),
+        {"rank": r, "pg": g.name,
+         "_ranks": text.get(id(g.ranks)) or text.setdefault(id(g.ranks), ",".join(map(str, g.ranks))),
          "_size": len(g.ranks)}
         for r, gs in groups.items()
         for g in gs

@@ -34,7 +34,7 @@ from .model import (
 )
 from .ranklist import compact
 from .timeline import MIN_STEP_COVERAGE, gpu_step_windows, host_step_windows, step_coverage, tile_steps
-from .workers import worker_context
+from .workers import prestart, worker_context
 
 
 @dataclass(frozen=True)
@@ -110,6 +110,48 @@ def _read_in_worker(tf: TraceFile, opts: ReadOptions, use_cache: bool,
     return res
 
 
+def _read_chunk_in_worker(tfs: list[TraceFile], opts: list[ReadOptions], use_cache: bool,
+                          cache_root: str | None = None) -> list[list[RankTrace] | Skipped | _Stored]:
+    """Several small files in one task: parsed one by one, their cache entries written together (one
+    pack of tables for all of them, ``cache.store_many``)."""
+    if len(tfs) == 1 or not use_cache:
+        return [_read_in_worker(tf, o, use_cache, cache_root) for tf, o in zip(tfs, opts)]
+    if cache_root is not None:
+        os.environ["COMMSCOPE_CACHE_DIR"] = cache_root
+    from .ingest.cache import entry_dir, store_many
+
+    res: list[list[RankTrace] | Skipped | _Stored] = [read_one(tf, o, use_cache=False) for tf, o in zip(tfs, opts)]
+    try:
+        folders = {i: entry_dir(tfs[i], opts[i]) for i, r in enumerate(res) if not isinstance(r, Skipped)}
+        store_many([(f, res[i]) for i, f in folders.items()])  # type: ignore[misc]
+    except OSError:
+        return res  # a read-only or full cache directory must not fail the analysis
+    return [_Stored(str(folders[i])) if i in folders else r for i, r in enumerate(res)]
+
+
+# a task holds at most this many files and bytes: big files go alone, small ones share a pack
+_CHUNK_FILES = 64
+_CHUNK_BYTES = 32 << 20
+
+
+def _chunks(files: list[TraceFile], todo: list[int], jobs: int) -> list[list[int]]:
+    """Consecutive files grouped into tasks, at least ~4 per worker where there are that many files."""
+    limit = max(1, min(_CHUNK_FILES, len(todo) // (4 * jobs)))
+    out: list[list[int]] = []
+    size = 0
+    for i in todo:
+        try:
+            n = files[i].path.stat().st_size
+        except OSError:
+            n = _CHUNK_BYTES
+        if not out or len(out[-1]) >= limit or size + n > _CHUNK_BYTES:
+            out.append([])
+            size = 0
+        out[-1].append(i)
+        size += n
+    return out
+
+
 def _from_workers(stored: list[_Stored]) -> list[list[RankTrace] | None]:
     """The cache entries the workers wrote, read together (None where one has gone meanwhile)."""
     from .ingest.cache import load_entries
@@ -121,6 +163,10 @@ def load(paths: list[Path], options: LoadOptions | None = None) -> TraceSet:
     options = options or LoadOptions()
     files = discover(paths)
     results = _read_all(files, options)
+    if options.cache and not options.scheduler:
+        from .cachedir import mark_seen
+
+        mark_seen(paths)
     traces: list[RankTrace] = []
     skipped: list[Skipped] = []
     for res in results:
@@ -161,7 +207,7 @@ def _read_all(files: list[TraceFile], options: LoadOptions) -> list[list[RankTra
             return read_on_cluster(files, opts, options.scheduler, done)
         results: list[list[RankTrace] | Skipped | None] = [None] * len(files)
         todo = list(range(len(files)))
-        if options.cache and jobs > 1:
+        if options.cache:
             # cache hits are read together, one Parquet read per table for all of them; a worker would
             # cost more in start-up and pickling
             from .ingest.cache import entry_dir, load_entries
@@ -172,6 +218,9 @@ def _read_all(files: list[TraceFile], options: LoadOptions) -> list[list[RankTra
                     folders[i] = entry_dir(files[i], opts[i])
                 except OSError:
                     pass
+            if jobs > 1 and sum(not (f / "manifest.json").is_file() for f in folders.values()) + \
+                    len(todo) - len(folders) > 1:
+                prestart()  # misses the CLI did not expect: the workers' server imports while hits are read
             for i, hit in zip(folders, load_entries(list(folders.values()))):
                 if hit is not None:
                     results[i] = hit
@@ -182,22 +231,24 @@ def _read_all(files: list[TraceFile], options: LoadOptions) -> list[list[RankTra
                 results[i] = read_one(files[i], opts[i], options.cache)
                 done(files[i].path.name)
             return [r for r in results if r is not None]
-        # One task per file, at most `jobs` alive: a worker holds one rank's bytes and events at a time.
+        # One task per file (small files: per chunk), at most `jobs` alive: a worker holds one rank's bytes
+        # and events at a time.
         ctx = worker_context()
         stored: dict[int, _Stored] = {}
-        with ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=ctx) as pool:
+        chunks = _chunks(files, todo, jobs)
+        with ProcessPoolExecutor(max_workers=min(jobs, len(chunks)), mp_context=ctx) as pool:
             from .ingest.cache import cache_dir
 
             root = str(cache_dir())
-            futures = {pool.submit(_read_in_worker, files[i], opts[i], options.cache, root): i for i in todo}
+            futures = {pool.submit(_read_chunk_in_worker, [files[i] for i in c], [opts[i] for i in c],
+                                   options.cache, root): c for c in chunks}
             for f in as_completed(futures):
-                i = futures[f]
-                res = f.result()
-                if isinstance(res, _Stored):
-                    stored[i] = res
-                else:
-                    results[i] = res
-                done(files[i].path.name)
+                for i, res in zip(futures[f], f.result()):
+                    if isinstance(res, _Stored):
+                        stored[i] = res
+                    else:
+                        results[i] = res
+                    done(files[i].path.name)
         for i, res in zip(stored, _from_workers(list(stored.values()))):
             results[i] = res if res is not None else read_one(files[i], opts[i], options.cache)  # entry gone meanwhile
         return [r for r in results if r is not None]
@@ -254,16 +305,28 @@ def _tile_sparse_steps(steps: pl.DataFrame, gpu: pl.DataFrame) -> tuple[pl.DataF
     )
 
 
+def _concat(schema: dict[str, pl.DataType], frames: list[pl.DataFrame]) -> pl.DataFrame:
+    """``pl.concat`` of each frame conformed to ``schema``; frames that already share one schema (cache hits)
+    are concatenated first and conformed once (thousands of ranks)."""
+    shared = [f for f in frames if f.width]
+    if shared:
+        try:
+            return conform(pl.concat(shared, how="vertical"), schema)
+        except (pl.exceptions.SchemaError, pl.exceptions.ShapeError):
+            pass  # columns differ between frames: each conformed on its own
+    return pl.concat([conform(f, schema) for f in frames])
+
+
 def assemble(traces: list[RankTrace], skipped: list[Skipped], warnings: list[str],
              step_marker: str | None = None) -> TraceSet:
-    gpu = pl.concat([conform(t.gpu, GPU_SCHEMA) for t in traces])
-    cpu = pl.concat([conform(t.cpu, CPU_SCHEMA) for t in traces])
-    calls = pl.concat([conform(t.comm_calls, COMM_CALL_SCHEMA) for t in traces])
-    host_steps = [conform(t.steps, STEP_SCHEMA) for t in traces if not t.steps_on_gpu]
-    gpu_steps = [conform(t.steps, STEP_SCHEMA) for t in traces if t.steps_on_gpu]
-    steps = pl.concat([*gpu_steps, conform(pl.DataFrame(), STEP_SCHEMA)])
+    gpu = _concat(GPU_SCHEMA, [t.gpu for t in traces])
+    cpu = _concat(CPU_SCHEMA, [t.cpu for t in traces])
+    calls = _concat(COMM_CALL_SCHEMA, [t.comm_calls for t in traces])
+    host_steps = [t.steps for t in traces if not t.steps_on_gpu]
+    gpu_steps = [t.steps for t in traces if t.steps_on_gpu]
+    steps = _concat(STEP_SCHEMA, [*gpu_steps, pl.DataFrame()])
     if host_steps:
-        steps = pl.concat([steps, gpu_step_windows(pl.concat(host_steps), gpu, cpu)])
+        steps = pl.concat([steps, gpu_step_windows(_concat(STEP_SCHEMA, host_steps), gpu, cpu)])
     steps = steps.sort("rank", "start_ns")
     steps, tiled = _tile_sparse_steps(steps, gpu)
     if tiled:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
 import pytest
@@ -77,11 +76,11 @@ def test_cache_invalidates_on_change(traces: Path) -> None:
 def test_corrupt_entry_is_rebuilt(traces: Path) -> None:
     ref = _report(traces, cache=False)
     _report(traces)
-    parts = [part for entry in _entries() for part in entry.glob("*.parquet")]
+    parts = [part for entry in _entries() for part in entry.rglob("*.parquet")]
     assert parts  # the cache was written, so there is something to corrupt
     for part in parts:
         part.write_bytes(b"garbage")
     assert _report(traces) == ref
     for entry in _entries():
-        shutil.rmtree(entry / "0.gpu.parquet", ignore_errors=True)
+        (entry / "0" / "gpu.parquet").unlink(missing_ok=True)
     assert _report(traces) == ref

@@ -1,16 +1,22 @@
 """Per-file Parquet cache of a reader's tables.
 
 Keyed by the file's absolute path, size and mtime, the parser version and the read options, in a
-user cache directory (``COMMSCOPE_CACHE_DIR`` overrides) — never next to the user's traces.
+user cache directory (``COMMSCOPE_CACHE_DIR`` overrides) — never next to the user's traces. Long
+process-group member lists are kept once for all entries (``groups/``, by content hash), so the
+manifests of a job's ranks stay O(ranks) bytes in all, not O(ranks^2). Small files parsed in one worker
+task share a pack (``packs/``: four Parquet files for all of them); each entry's manifest names its pack
+and its rows there.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import os
 import shutil
+import stat
 import tempfile
 import typing
 from collections.abc import Callable
@@ -19,32 +25,42 @@ from pathlib import Path
 import msgspec
 import polars as pl
 
+from ..cachedir import cache_dir
 from ..model import ProcessGroup, RankMeta, RankTrace
 from . import Reader, reader_for
 from .discover import TraceFile
 from .options import ReadOptions
 
 # bump when a reader's tables change: old entries are then ignored (7: p2p peers and split sizes, launches
-# of GPU work only, Nsight NCCL/step ranges only, impossible GPU times left for the loader to count)
-PARSER_VERSION = "7"
+# of GPU work only, Nsight NCCL/step ranges only, impossible GPU times left for the loader to count;
+# 8: long process-group member lists stored once in the cache dir, manifests refer to them; packs)
+PARSER_VERSION = "8"
 _TABLES = ("gpu", "cpu", "comm_calls", "steps")
-
-
-def cache_dir() -> Path:
-    env = os.environ.get("COMMSCOPE_CACHE_DIR")
-    if env:
-        return Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "commscope"
+GROUPS_DIR = "groups"  # beside the entries: member lists by content hash, shared by every rank that lists them
+_INLINE_MEMBERS = 64  # shorter member lists stay in the manifest
 
 
 def cache_key(tf: TraceFile, opts: ReadOptions) -> str:
-    st = tf.path.stat()
+    path, st = _resolved(tf.path)
     ident = json.dumps(
-        [str(tf.path.resolve()), st.st_size, st.st_mtime_ns, PARSER_VERSION, tf.format,
+        [str(path), st.st_size, st.st_mtime_ns, PARSER_VERSION, tf.format,
          opts.rank_hint, sorted(opts.rank_map.items()), opts.step_marker],
     )
     return hashlib.sha256(ident.encode()).hexdigest()[:32]
+
+
+@functools.lru_cache(maxsize=64)
+def _real_dir(folder: str) -> str:
+    return os.path.realpath(folder)
+
+
+def _resolved(path: Path) -> tuple[Path, os.stat_result]:
+    """``path.resolve()`` and its stat; a file that is no link resolves through its folder, which thousands
+    of ranks share (one lstat each, not a walk of every component)."""
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode):
+        return path.resolve(), path.stat()
+    return Path(_real_dir(os.path.abspath(path.parent))) / path.name, st
 
 
 def entry_dir(tf: TraceFile, opts: ReadOptions) -> Path:
@@ -81,41 +97,47 @@ def load_entry(folder: Path) -> list[RankTrace] | None:
 
 
 def load_entries(folders: list[Path]) -> list[list[RankTrace] | None]:
-    """Many entries at once (None for an absent or damaged one): one Parquet read per table over all
-    entries, sliced back per rank, instead of four small reads per rank (many small ranks)."""
+    """Many entries at once (None for an absent or damaged one): each pack's tables read once, in one
+    Parquet read per table over all packs, and sliced back per rank (many small ranks)."""
     shared: dict[tuple[str, str, bytes], ProcessGroup] = {}
-    return _with_tables(folders, [_manifest(f, shared) for f in folders])
-
-
-def _with_tables(folders: list[Path], entries: list[list[dict] | None]) -> list[list[RankTrace] | None]:
-    files = [(folder, i) for folder, e in zip(folders, entries) if e is not None for i in range(len(e))]
-    tables = {}
-    for name in _TABLES:
-        parts = _read_tables([folder / f"{i}.{name}.parquet" for folder, i in files])
-        if parts is None:  # a damaged entry: find which, read the others one by one
-            if len(folders) == 1:
-                return [None]
-            return [_with_tables([f], [e])[0] for f, e in zip(folders, entries)]
-        tables[name] = parts
+    entries = [_manifest(f, shared) for f in folders]
+    packs = _read_packs(sorted({e["pack"] for es in entries if es for e in es}), folders[0].parent if folders else None)
     out: list[list[RankTrace] | None] = []
-    k = 0
-    for e in entries:
-        if e is None:
-            out.append(None)
-            continue
+    for es in entries:
         traces = []
-        for entry in e:
-            traces.append(RankTrace(meta=entry["meta"], steps_on_gpu=entry["steps_on_gpu"],
-                                    **{name: tables[name][k] for name in _TABLES}))
-            k += 1
-        out.append(traces)
+        for e in es or ():
+            tables = packs.get(e["pack"])
+            if tables is None or any(o + n > tables[name].height for name, (o, n) in zip(_TABLES, e["rows"])):
+                break  # damaged or gone: rebuilt, never trusted
+            traces.append(RankTrace(meta=e["meta"], steps_on_gpu=e["steps_on_gpu"],
+                                    **{name: tables[name].slice(o, n) for name, (o, n) in zip(_TABLES, e["rows"])}))
+        else:
+            out.append(traces if es is not None else None)
+            continue
+        out.append(None)
     return out
+
+
+def _read_packs(packs: list[str], root: Path | None) -> dict[str, dict[str, pl.DataFrame]]:
+    """Each readable pack's tables (a damaged pack is left out); one read per table over all packs."""
+    if not packs or root is None:
+        return {}
+    tables: dict[str, list[pl.DataFrame]] = {}
+    for name in _TABLES:
+        parts = _read_tables([root / p / f"{name}.parquet" for p in packs])
+        if parts is None:  # a damaged pack: find which, read the others one by one
+            if len(packs) == 1:
+                return {}
+            return {k: v for p in packs for k, v in _read_packs([p], root).items()}
+        tables[name] = parts
+    return {p: {name: tables[name][i] for name in _TABLES} for i, p in enumerate(packs)}
 
 
 class _RawGroup(msgspec.Struct):
     name: str
     desc: str
     ranks: msgspec.Raw  # left undecoded: thousands of ranks repeat the same member lists
+    ref: str = ""  # set: the members are in GROUPS_DIR/<ref>.json (ranks is then [])
 
 
 def _manifest_decoder() -> msgspec.json.Decoder:
@@ -123,7 +145,8 @@ def _manifest_decoder() -> msgspec.json.Decoder:
     hints = typing.get_type_hints(RankMeta)
     meta = msgspec.defstruct("_RawMeta", [(f.name, tuple[_RawGroup, ...] if f.name == "process_groups"
                                            else hints[f.name]) for f in dataclasses.fields(RankMeta)])
-    entry = msgspec.defstruct("_RawEntry", [("meta", meta), ("steps_on_gpu", bool)])
+    entry = msgspec.defstruct("_RawEntry", [("meta", meta), ("steps_on_gpu", bool), ("pack", str),
+                                            ("rows", tuple[tuple[int, int], ...])])
     return msgspec.json.Decoder(list[entry])
 
 
@@ -140,17 +163,61 @@ def _manifest(folder: Path, shared: dict[tuple[str, str, bytes], ProcessGroup]) 
             m = raw.meta
             groups = []
             for g in m.process_groups:
-                key = (g.name, g.desc, bytes(g.ranks))
+                key = (g.name, g.desc, g.ref.encode() if g.ref else bytes(g.ranks))
                 pg = shared.get(key)
                 if pg is None:
-                    pg = shared[key] = ProcessGroup(g.name, g.desc, msgspec.json.decode(g.ranks, type=tuple[int, ...]))
+                    members = _members(folder.parent, g.ref) if g.ref else g.ranks
+                    pg = shared[key] = ProcessGroup(g.name, g.desc, msgspec.json.decode(members, type=tuple[int, ...]))
                 groups.append(pg)
             fields = {f: getattr(m, f) for f in _META_FIELDS}
             fields["process_groups"] = tuple(groups)
-            entries.append({"meta": RankMeta(**fields), "steps_on_gpu": raw.steps_on_gpu})
+            if len(raw.rows) != len(_TABLES) or raw.pack.startswith(("/", ".")) or ".." in raw.pack:
+                return None
+            entries.append({"meta": RankMeta(**fields), "steps_on_gpu": raw.steps_on_gpu, "pack": raw.pack,
+                            "rows": raw.rows})
         return entries
     except (OSError, ValueError, KeyError, TypeError, msgspec.DecodeError):
         return None  # absent, or a damaged cache entry: rebuilt, never trusted
+
+
+def _members(root: Path, ref: str) -> bytes:
+    """A stored member list, checked against its content hash; a damaged one is removed (so the entry's
+    rebuild writes it again) and raises."""
+    path = root / GROUPS_DIR / f"{ref}.json"
+    data = path.read_bytes()
+    if _ref(data) != ref:
+        path.unlink(missing_ok=True)
+        raise ValueError(f"damaged member list {path}")
+    return data
+
+
+def _ref(members: bytes) -> str:
+    return hashlib.sha256(members).hexdigest()[:32]
+
+
+def _stored_groups(root: Path, groups: tuple[ProcessGroup, ...]) -> list[dict]:
+    """The manifest's view of a rank's process groups: long member lists written once under ``root``
+    (O(ranks) bytes per job, not O(ranks) per rank) and named by their hash."""
+    out = []
+    for g in groups:
+        if len(g.ranks) <= _INLINE_MEMBERS:
+            out.append({"name": g.name, "desc": g.desc, "ranks": g.ranks})
+            continue
+        data = msgspec.json.encode(g.ranks)
+        ref = _ref(data)
+        path = root / GROUPS_DIR / f"{ref}.json"
+        if not path.is_file():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+                os.replace(tmp, path)  # atomic; writers of the same list write the same bytes
+            finally:
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
+        out.append({"name": g.name, "desc": g.desc, "ranks": [], "ref": ref})
+    return out
 
 
 def _read_tables(paths: list[Path]) -> list[pl.DataFrame] | None:
@@ -180,15 +247,64 @@ def _read_tables(paths: list[Path]) -> list[pl.DataFrame] | None:
 
 
 def _store(folder: Path, traces: list[RankTrace]) -> None:
-    folder.parent.mkdir(parents=True, exist_ok=True)
+    """One entry whose tables sit in its own folder."""
+    store_many([(folder, traces)])
+
+
+PACKS_DIR = "packs"
+
+
+def store_many(items: list[tuple[Path, list[RankTrace]]]) -> None:
+    """Entries for many files (all under one cache dir), their tables written together: one pack of four
+    Parquet files for all of them, each entry a manifest naming its rows there (many small ranks: a few
+    files per worker task, not four per rank). A single entry keeps its tables in its own folder."""
+    if not items:
+        return
+    root = items[0][0].parent
+    root.mkdir(parents=True, exist_ok=True)
+    traces = [t for _, ts in items for t in ts]
+    if len(traces) <= 1:
+        for folder, ts in items:
+            _write_entry(folder, ts, None, [0] * len(_TABLES))
+        return
+    try:
+        tables = {name: pl.concat([getattr(t, name) for t in traces], how="vertical") for name in _TABLES}
+    except (pl.exceptions.SchemaError, pl.exceptions.ShapeError, pl.exceptions.InvalidOperationError):
+        for folder, ts in items:  # tables of different shapes: one entry each
+            _write_entry(folder, ts, None, [0] * len(_TABLES))
+        return
+    (root / PACKS_DIR).mkdir(exist_ok=True)
+    pack = Path(tempfile.mkdtemp(dir=root / PACKS_DIR, prefix="p-"))  # named by no manifest until whole
+    try:
+        for name in _TABLES:
+            tables[name].write_parquet(pack / f"{name}.parquet", compression="lz4")
+        offsets = [0] * len(_TABLES)
+        for folder, ts in items:
+            offsets = _write_entry(folder, ts, f"{PACKS_DIR}/{pack.name}", offsets)
+    except BaseException:
+        shutil.rmtree(pack, ignore_errors=True)  # entries already written that name it read as damaged
+        raise
+
+
+def _write_entry(folder: Path, traces: list[RankTrace], pack: str | None, offsets: list[int]) -> list[int]:
+    """Write ``folder``'s manifest (without ``pack``: each trace's tables in a subfolder of its own); the
+    offsets after its rows in ``pack``."""
     tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=".tmp-"))
     try:
         entries = []
         for i, t in enumerate(traces):
-            for name in _TABLES:
-                getattr(t, name).write_parquet(tmp / f"{i}.{name}.parquet", compression="lz4")
-            entries.append({"meta": t.meta, "steps_on_gpu": t.steps_on_gpu})
-        # msgspec writes the dataclass as asdict + json.dumps would, without deep-copying every member rank
+            if pack is None:
+                (tmp / str(i)).mkdir()
+                for name in _TABLES:
+                    getattr(t, name).write_parquet(tmp / str(i) / f"{name}.parquet", compression="lz4")
+                offsets = [0] * len(_TABLES)
+            meta = {f: getattr(t.meta, f) for f in _META_FIELDS}
+            meta["process_groups"] = _stored_groups(folder.parent, t.meta.process_groups)
+            rows = [(o, getattr(t, name).height) for o, name in zip(offsets, _TABLES)]
+            offsets = [o + n for o, n in rows]
+            entries.append({"meta": meta, "steps_on_gpu": t.steps_on_gpu, "pack": pack or f"{folder.name}/{i}",
+                            "rows": rows})
+        # msgspec writes the fields as asdict + json.dumps would, without deep-copying every member rank
         (tmp / "manifest.json").write_bytes(msgspec.json.encode(entries))
         if folder.exists():
             shutil.rmtree(folder, ignore_errors=True)
@@ -196,3 +312,4 @@ def _store(folder: Path, traces: list[RankTrace]) -> None:
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+    return offsets

@@ -97,8 +97,8 @@ def _numbers(values: list[Any]) -> pl.Series:
 
 
 def _number_times(ts: list[Any], dur: list[Any], fill_dur: bool = True) -> tuple[pl.Series, pl.Series]:
-    start = _numbers(ts)
-    length = _numbers(dur)
+    both = _numbers(ts + dur)  # one conversion for both
+    start, length = both.head(len(ts)), both.tail(len(dur))
     return start, start + (length.fill_null(0) if fill_dur else length)
 
 

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import json
-
 from ..compare import Comparison, Delta
-from .json import clean
+from .json import clean, dumps
 
 SCHEMA = "commscope.comparison/1"
 
@@ -57,4 +55,4 @@ def to_dict(c: Comparison) -> dict:
 
 
 def render(c: Comparison) -> str:
-    return json.dumps(to_dict(c), indent=2, allow_nan=False) + "\n"
+    return dumps(to_dict(c)) + "\n"

@@ -9,6 +9,7 @@ import json
 import math
 from typing import Any
 
+import msgspec
 import polars as pl
 
 from ..analysis import Analysis
@@ -53,9 +54,25 @@ def clean(value: Any) -> Any:
     return value
 
 
+def _number(v: float | None) -> float | None:
+    return None if v is None or math.isnan(v) or math.isinf(v) else round(v, 6)
+
+
 def _records(df: pl.DataFrame, fields: tuple[str, ...]) -> list[dict]:
+    """``clean`` of each row, done a column at a time (thousands of rows)."""
     cols = [f for f in fields if f in df.columns]
-    return [clean(r) for r in df.select(cols).to_dicts()]
+    if not cols:
+        return [clean(r) for r in df.select(cols).to_dicts()]
+    values = []
+    for c in cols:
+        s = df[c]
+        vals = s.to_list()
+        if s.dtype.is_float():
+            vals = [_number(v) for v in vals]
+        elif not (s.dtype.is_integer() or s.dtype in (pl.String, pl.Boolean)):
+            vals = [clean(v) for v in vals]
+        values.append(vals)
+    return [dict(zip(cols, row)) for row in zip(*values)]
 
 
 def _verdict(v: Verdict) -> dict:
@@ -131,5 +148,11 @@ def _experts(e: dict | None) -> dict | None:
     return clean({**head, **tables})
 
 
+def dumps(doc: dict) -> str:
+    """``json.dumps(doc, indent=2, allow_nan=False)``, byte for byte: the C encoder writes it compact and
+    msgspec indents it (the pure-Python indenting encoder took ~0.2 s at 1,024 ranks)."""
+    return msgspec.json.format(json.dumps(doc, allow_nan=False), indent=2)
+
+
 def render(a: Analysis) -> str:
-    return json.dumps(to_dict(a), indent=2, allow_nan=False) + "\n"
+    return dumps(to_dict(a)) + "\n"
