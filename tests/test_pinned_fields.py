@@ -220,6 +220,10 @@ def _steps_last(c: Case) -> dict[int, int]:
 
 
 def test_verdict_numbers_are_exact(case: Case) -> None:
+    _check_verdict(case)
+
+
+def _check_verdict(case: Case) -> None:
     v = case.rep["stragglers"]["verdict"]
     (late,) = case.sc.late_ranks
     assert v is not None and v["rank"] == late  # its kind is a judgement, tested in test_synthetic_crossrank
@@ -256,6 +260,25 @@ def test_verdict_numbers_are_exact(case: Case) -> None:
     busy = _merge([(i.start_ns, i.end_ns) for i in case.events[late]])
     idle = sum(b - a - _covered(busy, a, b) for a, b in windows)
     assert v["idle_before_ms"] == pytest.approx(idle / MS, abs=TOL)
+
+
+def _case(sc: Scenario, folder: Path) -> Case:
+    wl = build(sc)
+    files = dict(enumerate(write_kineto(wl, folder)))
+    return Case(sc, wl.truth, folder, files, {r: oracle.analyze_file(p) for r, p in files.items()},
+                {r: oracle.gpu_events(oracle.load(p)) for r, p in files.items()}, rep=report(folder))
+
+
+def test_verdict_numbers_when_the_straggler_was_last_once(tmp_path: Path) -> None:
+    """One step with one all-reduce: the late rank is the last arriver of exactly one instance (the only
+    causer, so consistent by its share); its extra compute and idle GPU still come out exact, and its kind."""
+    sc = Scenario(ranks=3, steps=1, overlap=0.5, late_ranks={2: (400_000, "compute")}, seed=3,
+                  collectives=(Collective("all_reduce", 16 << 20, 100_000),))
+    c = _case(sc, tmp_path)
+    assert [i.last_rank for i in c.truth.instances] == [2]
+    _check_verdict(c)
+    v = c.rep["stragglers"]["verdict"]
+    assert v["kind"] == "compute" and v["compute_before_ms"] > 0.4 and v["instances_last"] == 1
 
 
 # ----------------------------------------------------------------------------- per instance
