@@ -7,6 +7,12 @@ Each module is mutated on its own in a scratch copy of the project (nothing is w
 against a fast, targeted test subset (``TESTS``: generated traces with exact truth plus the shipped real
 traces), each module time-boxed. Not part of the test suite: it takes minutes per module. Prints, per
 module: mutants, killed, survived, timed out, not checked, then every survivor's diff.
+
+mutmut runs the mutants cheapest first: by the summed duration of the tests that reach their function,
+ties in file order. Most functions of a module are reached by the same tests, so a time box cuts off
+whole functions at the end of the file (``waits.rank_table``'s mutants were never run for that reason,
+not for want of tests). With ``--keep DIR`` a second run over the same DIR resumes: mutants with a result
+keep it, and ``--mutants 'analyzer.metrics.waits.x_rank_table*'`` runs a chosen function first.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from fnmatch import fnmatch
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,8 +55,12 @@ STATUS = {1: "killed", 3: "killed", 0: "survived", 5: "no tests", 33: "no tests"
 
 
 def _scratch(base: Path) -> Path:
-    """A copy of the project (sources, tests, shipped traces) with ../shared pointing at the real one."""
+    """A copy of the project (sources, tests, shipped traces) with ../shared pointing at the real one.
+
+    An existing copy (``--keep`` of an earlier run) is reused as it is, so mutmut resumes where it stopped."""
     proj = base / "commscope"
+    if (proj / "mutants").is_dir():
+        return proj
     proj.mkdir(parents=True)
     for name in COPY:
         src = ROOT / name
@@ -95,6 +106,11 @@ def run_module(base: Path, module: str, minutes: float, jobs: int, tests: tuple[
                only: tuple[str, ...] = ()) -> dict:
     proj = _scratch(base / Path(module).stem)
     _config(proj, module, tests)
+    if only and (proj / "mutants" / (module + ".meta")).exists():
+        # resuming: mutmut reruns every mutant named on its command line, so name only those without a result
+        only = tuple(k for k, c in _results(proj, module).items() if c is None and any(fnmatch(k, p) for p in only))
+        if not only:
+            return _summary(proj, module, 0, False, "")
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
     start = time.monotonic()
     cmd = [sys.executable, "-m", "mutmut", "run", "--max-children", str(jobs), *only]
@@ -111,6 +127,10 @@ def run_module(base: Path, module: str, minutes: float, jobs: int, tests: tuple[
             os.killpg(proc.pid, signal.SIGKILL)
             log, _ = proc.communicate()
         boxed = True
+    return _summary(proj, module, round(time.monotonic() - start), boxed, log)
+
+
+def _summary(proj: Path, module: str, seconds: int, boxed: bool, log: str) -> dict:
     codes = _results(proj, module)
     counts: dict[str, int] = {}
     for code in codes.values():
@@ -119,7 +139,7 @@ def run_module(base: Path, module: str, minutes: float, jobs: int, tests: tuple[
     survivors = sorted(k for k, c in codes.items() if STATUS.get(c) == "survived")
     return {
         "module": module,
-        "seconds": round(time.monotonic() - start),
+        "seconds": seconds,
         "time_boxed": boxed,
         "mutants": len(codes),
         **counts,
@@ -132,6 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--modules", nargs="*", default=[m for m in MODULES if (ROOT / m).exists()])
     p.add_argument("--tests", nargs="*", default=list(TESTS))
+    p.add_argument("-k", dest="select", help="pytest -k expression narrowing the tests (fewer tests per survivor)")
     p.add_argument("--minutes", type=float, default=20.0, help="time box per module")
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--mutants", nargs="*", default=[],
@@ -146,7 +167,8 @@ def main(argv: list[str] | None = None) -> int:
     base = a.keep or Path(tempfile.mkdtemp(prefix="commscope-mutation-"))
     results = []
     for module in a.modules:
-        r = run_module(base, module, a.minutes, a.jobs, tuple(a.tests), tuple(a.mutants))
+        tests = (*a.tests, "-k", a.select) if a.select else tuple(a.tests)
+        r = run_module(base, module, a.minutes, a.jobs, tests, tuple(a.mutants))
         results.append(r)
         counts = ", ".join(f"{k} {r.get(k, 0)}" for k in ("killed", "survived", "timeout", "no tests", "not checked"))
         boxed = " (time box reached)" if r["time_boxed"] else ""
