@@ -122,3 +122,22 @@ def test_kind_thresholds(cause: dict[str, float], kind: str) -> None:
     (v,) = _roots(inst, {0: 1.0, 1: 500.0 * K, 2: 500.0 * K}, cause=cause)
     assert v.kind == kind
     assert (v.idle_before_ns, v.compute_before_ns) == (cause["idle_ns"], cause["excess_compute_ns"])
+
+
+def test_chain_keeps_flows_of_exactly_half_the_wait_and_exactly_5_percent_of_the_largest() -> None:
+    """The chain names the instances whose wait is mostly the root's (>= half of it) and not negligible next to
+    its largest flow (>= 5%): on the edges both count, just under either they do not."""
+    b = _blame([(1, 0, 400 * K), (1, 0, 20 * K), (1, 0, 20 * K - 1), (2, 1, 200 * K), (2, 1, 200 * K + 2)])
+    # rank 1's two instances in step 2 were delayed by rank 0: half of the first one's wait traces back to rank
+    # 0 (exactly 0.5), a hair under half of the second one's
+    flows = pl.concat([
+        b.flows.filter(pl.col("root_rank") == 0),
+        pl.DataFrame({"root": ["i00", "i03", "i00", "i04"], "root_rank": [0, 1, 0, 1],
+                      "instance": ["i03", "i03", "i04", "i04"], "step": [2, 2, 2, 2],
+                      "amount_ns": [100.0 * K, 100.0 * K, 100.0 * K, 100.0 * K + 2]},
+                     schema=b.flows.schema),
+    ])
+    b = Blame(instances=b.instances, ranks=b.ranks, steps=b.steps, flows=flows)
+    own, hop = stragglers.chain(b, 0)
+    assert (own.via, own.pg, own.groups, own.peers, own.wait_ns) == ((), ("0",), 1, 2, 420.0 * K)
+    assert (hop.via, hop.pg, hop.groups, hop.peers, hop.wait_ns) == ((1,), ("0",), 1, 2, 100.0 * K)
