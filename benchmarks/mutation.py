@@ -46,6 +46,7 @@ TESTS = (
     "tests/test_pinned_fields.py",
     "tests/test_synthetic_crossrank.py",
     "tests/test_blame.py",
+    "tests/test_verdict_rules.py",
     "tests/test_pinned_real.py::test_whole_window_fields_match_brute_force[gpu_h200/fsdp_balanced]",
     "tests/test_pinned_real.py::test_whole_window_fields_match_brute_force[gpu_h200/hybrid_tp_dp]",
 )
