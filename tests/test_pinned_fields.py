@@ -589,3 +589,18 @@ def test_split_is_scaled_when_comm_kernels_overlap_each_other(tmp_path: Path) ->
             compute = _merge([(i.start_ns, i.end_ns) for i in events[0] if i.kind == "compute"])
             parts = sum((e - s) - _covered(compute, s, e) for s, e, _ in kernels)
             assert parts > whole.exposed_ns * 1.05 and wait > 0.05 * MS
+
+
+def test_a_run_without_any_wait_has_no_step_straggler(tmp_path: Path) -> None:
+    """No jitter and no late rank: every rank arrives at every collective together, so nobody waits, nobody
+    is the straggler of a step, and nobody caused wait (a step whose top causer caused 0 does not count)."""
+    sc = Scenario(ranks=3, steps=3, jitter_ns=0, overlap=0.5)
+    wl = build(sc)
+    write_kineto(wl, tmp_path)
+    assert all(i.last_rank is None and not any(i.wait_ns.values()) for i in wl.truth.instances)
+    rep = report(tmp_path)
+    st = rep["stragglers"]
+    assert st["verdict"] is None and st["roots"] == []
+    assert [(r["steps_last"], r["caused_wait_ms"], r["wait_ms"], r["root_caused_wait_ms"]) for r in st["ranking"]] == [
+        (0, 0.0, 0.0, 0.0)] * sc.ranks
+    assert all(s["caused_wait_ms"] == 0.0 and s["exposed_wait_ms"] == 0.0 for s in rep["steps"])
