@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from scipy.stats import binom
 
-from sample_traces.generate import Collective, Scenario, Truth, build, write_kineto
+from sample_traces.generate import Collective, ProcessGroup, Scenario, Truth, build, write_kineto
 from tests import oracle
 from tests.helpers import report
 from tests.oracle_blame import oracle_roots
@@ -604,3 +604,38 @@ def test_a_run_without_any_wait_has_no_step_straggler(tmp_path: Path) -> None:
     assert [(r["steps_last"], r["caused_wait_ms"], r["wait_ms"], r["root_caused_wait_ms"]) for r in st["ranking"]] == [
         (0, 0.0, 0.0, 0.0)] * sc.ranks
     assert all(s["caused_wait_ms"] == 0.0 and s["exposed_wait_ms"] == 0.0 for s in rep["steps"])
+
+
+def test_one_nanosecond_of_caused_wait_makes_a_step_straggler(tmp_path: Path) -> None:
+    """Rank 1 arrives 1 ns late at one collective of every step (the other arrives together): 1 ns of caused
+    wait per step is still more than zero, so rank 1 is every step's straggler."""
+    sc = Scenario(ranks=2, steps=3, jitter_ns=0, late_ranks={1: (1, "host")})
+    wl = build(sc)
+    write_kineto(wl, tmp_path)
+    late = [i for i in wl.truth.instances if i.last_rank is not None]
+    assert {(i.last_rank, sum(i.wait_ns.values())) for i in late} == {(1, 1)} and len({i.step for i in late}) == 3
+    ranking = {r["rank"]: r for r in report(tmp_path)["stragglers"]["ranking"]}
+    assert (ranking[1]["steps_last"], ranking[0]["steps_last"]) == (3, 0)
+    assert ranking[1]["caused_wait_ms"] == pytest.approx(3 / MS, abs=TOL) and ranking[0]["wait_ms"] == ranking[1][
+        "caused_wait_ms"]
+
+
+def test_a_rank_outside_every_collective_is_listed_with_zero_waits(tmp_path: Path) -> None:
+    """Ranks 0 and 1 all-reduce in their own group; rank 2 only computes. It keeps its rows, with zero waits
+    and no last-arrival share (no instance), and the others' numbers are the generator's."""
+    sc = Scenario(ranks=3, steps=2, late_ranks={1: (200_000, "host")},
+                  process_groups=(ProcessGroup("0", (0, 1, 2)), ProcessGroup("1", (0, 1))),
+                  collectives=(Collective("all_reduce", 16 << 20, 100_000, groups=("1",)),))
+    wl = build(sc)
+    write_kineto(wl, tmp_path)
+    t = wl.truth.ranks
+    assert t[2].instances == 0 and t[0].wait_ns > 0
+    rep = report(tmp_path)
+    for rows in (rep["ranks"], rep["stragglers"]["ranking"]):
+        got = {r["rank"]: r for r in rows}
+        assert sorted(got) == [0, 1, 2]
+        for r in range(3):
+            assert got[r]["wait_ms"] == pytest.approx(t[r].wait_ns / MS, abs=TOL)
+            assert got[r]["caused_wait_ms"] == pytest.approx(t[r].caused_wait_ns / MS, abs=TOL)
+            pct = 100.0 * t[r].last_arrivals / t[r].instances if t[r].instances else None
+            assert got[r]["last_arrival_pct"] == (pytest.approx(pct, abs=TOL) if pct is not None else None)
