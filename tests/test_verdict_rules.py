@@ -115,6 +115,8 @@ def test_top_of_exactly_half_the_steps_is_not_chronic() -> None:
     ({"late_ns": 1_000.0 * K, "idle_ns": 300.0 * K, "excess_compute_ns": 0.0}, "host"),  # exactly 30%
     ({"late_ns": 1_000.0 * K, "idle_ns": 300.0 * K - 1, "excess_compute_ns": 0.0}, "unknown"),
     ({"late_ns": 0.0, "idle_ns": 0.0, "excess_compute_ns": 0.0}, "unknown"),  # no lateness measured
+    ({"late_ns": 1.0, "idle_ns": 0.0, "excess_compute_ns": 1.0}, "compute"),  # 1 ns of lateness is lateness
+    ({"late_ns": 1.0, "idle_ns": 1.0, "excess_compute_ns": 0.0}, "host"),
     ({"late_ns": 0.0, "idle_ns": 10.0 * K, "excess_compute_ns": 10.0 * K}, "unknown"),
 ])
 def test_kind_thresholds(cause: dict[str, float], kind: str) -> None:
