@@ -237,7 +237,7 @@ def _check_verdict(case: Case) -> None:
     steps_last = top.count(late)
     causers = max(len({r for r, _ in by_step}), 2)
     assert v["caused_wait_ms"] == pytest.approx(t[late].caused_wait_ns / MS, abs=TOL)
-    assert v["root_caused_wait_ms"] == pytest.approx(root[late] / MS, abs=1e-5)
+    assert v["root_caused_wait_ms"] == pytest.approx(root[late] / MS, abs=TOL)
     assert v["last_arrival_pct"] == pytest.approx(100.0 * t[late].last_arrivals / t[late].instances, abs=TOL)
     assert v["instances_last"] == t[late].last_arrivals
     assert (v["steps_seen"], v["steps_last"], v["chronic"]) == (len(steps), steps_last, steps_last * 2 > len(steps))
