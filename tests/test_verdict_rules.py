@@ -143,3 +143,9 @@ def test_chain_keeps_flows_of_exactly_half_the_wait_and_exactly_5_percent_of_the
     own, hop = stragglers.chain(b, 0)
     assert (own.via, own.pg, own.groups, own.peers, own.wait_ns) == ((), ("0",), 1, 2, 420.0 * K)
     assert (hop.via, hop.pg, hop.groups, hop.peers, hop.wait_ns) == ((1,), ("0",), 1, 2, 100.0 * K)
+
+
+def test_chain_of_a_single_late_arrival() -> None:
+    (link,) = stragglers.chain(_blame([(1, 2, 90 * K)]), 2)
+    assert link == stragglers.ChainLink(via=(), pg=("0",), groups=1, peers=2, wait_ns=90.0 * K)
+    assert stragglers.chain(_blame([(1, 2, 90 * K)]), 1) == ()
