@@ -149,3 +149,16 @@ def test_chain_of_a_single_late_arrival() -> None:
     (link,) = stragglers.chain(_blame([(1, 2, 90 * K)]), 2)
     assert link == stragglers.ChainLink(via=(), pg=("0",), groups=1, peers=2, wait_ns=90.0 * K)
     assert stragglers.chain(_blame([(1, 2, 90 * K)]), 1) == ()
+
+
+def test_chain_when_the_roots_own_delay_is_negligible_next_to_what_it_set_off() -> None:
+    """Rank 0 delayed one small group by 10 us (its own instance A); rank 1, held there, then delayed a large
+    group by 400 us (B, all of it passed back to rank 0). A is under 5% of B, so only the hop is named."""
+    b = _blame([(1, 0, 10 * K), (1, 1, 400 * K)])
+    inst = b.instances.with_columns(
+        pl.when(pl.col("instance") == "i01").then(0.0).otherwise(pl.col("own_ns")).alias("own_ns"),
+        pl.when(pl.col("instance") == "i01").then(400.0 * K).otherwise(0.0).alias("propagated_ns"),
+        pl.when(pl.col("instance") == "i01").then(pl.lit("i00")).otherwise(None).alias("parent"))
+    flows = b.flows.with_columns(pl.lit("i00").alias("root"), pl.lit(0, dtype=pl.Int32).alias("root_rank"))
+    (hop,) = stragglers.chain(Blame(instances=inst, ranks=b.ranks, steps=b.steps, flows=flows), 0)
+    assert hop == stragglers.ChainLink(via=(1,), pg=("0",), groups=1, peers=2, wait_ns=400.0 * K)
