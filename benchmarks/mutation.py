@@ -7,6 +7,12 @@ Each module is mutated on its own in a scratch copy of the project (nothing is w
 against a fast, targeted test subset (``TESTS``: generated traces with exact truth plus the shipped real
 traces), each module time-boxed. Not part of the test suite: it takes minutes per module. Prints, per
 module: mutants, killed, survived, timed out, not checked, then every survivor's diff.
+
+mutmut runs the mutants cheapest first: by the summed duration of the tests that reach their function,
+ties in file order. Most functions of a module are reached by the same tests, so a time box cuts off
+whole functions at the end of the file (``waits.rank_table``'s mutants were never run for that reason,
+not for want of tests). With ``--keep DIR`` a second run over the same DIR resumes: mutants with a result
+keep it, and ``--mutants 'analyzer.metrics.waits.x_rank_table*'`` runs a chosen function first.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from fnmatch import fnmatch
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,6 +46,7 @@ TESTS = (
     "tests/test_pinned_fields.py",
     "tests/test_synthetic_crossrank.py",
     "tests/test_blame.py",
+    "tests/test_verdict_rules.py",
     "tests/test_pinned_real.py::test_whole_window_fields_match_brute_force[gpu_h200/fsdp_balanced]",
     "tests/test_pinned_real.py::test_whole_window_fields_match_brute_force[gpu_h200/hybrid_tp_dp]",
 )
@@ -48,8 +56,12 @@ STATUS = {1: "killed", 3: "killed", 0: "survived", 5: "no tests", 33: "no tests"
 
 
 def _scratch(base: Path) -> Path:
-    """A copy of the project (sources, tests, shipped traces) with ../shared pointing at the real one."""
+    """A copy of the project (sources, tests, shipped traces) with ../shared pointing at the real one.
+
+    An existing copy (``--keep`` of an earlier run) is reused as it is, so mutmut resumes where it stopped."""
     proj = base / "commscope"
+    if (proj / "mutants").is_dir():
+        return proj
     proj.mkdir(parents=True)
     for name in COPY:
         src = ROOT / name
@@ -86,7 +98,26 @@ def _results(proj: Path, module: str) -> dict[str, int | None]:
     return json.loads(meta.read_text()).get("exit_code_by_key", {})
 
 
-def _show(proj: Path, name: str) -> str:
+def _functions(path: Path) -> dict[str, str]:
+    """Source of every function in mutmut's mutated copy of a module, by name."""
+    import ast
+
+    text = path.read_text()
+    lines = text.splitlines()
+    return {n.name: "\n".join(lines[n.lineno - 1:n.end_lineno]) for n in ast.walk(ast.parse(text))
+            if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
+
+
+def _show(proj: Path, name: str, module: str = "", funcs: dict[str, str] | None = None) -> str:
+    """The mutant's diff: read from the mutated module (fast); ``mutmut show`` (a process per mutant) otherwise."""
+    short = name.rsplit(".", 1)[-1]
+    orig = short.split("__mutmut_")[0] + "__mutmut_orig"
+    if funcs and short in funcs and orig in funcs:
+        import difflib
+
+        diff = difflib.unified_diff(funcs[orig].splitlines()[1:], funcs[short].splitlines()[1:], lineterm="", n=0)
+        body = [line for line in diff if line[:1] in "+-" and line[:3] not in ("+++", "---")]
+        return f"# {name}: survived\n--- {module}\n+++ {module}\n" + "\n".join(body)
     out = subprocess.run([sys.executable, "-m", "mutmut", "show", name], cwd=proj, capture_output=True, text=True)
     return out.stdout.strip()
 
@@ -95,6 +126,11 @@ def run_module(base: Path, module: str, minutes: float, jobs: int, tests: tuple[
                only: tuple[str, ...] = ()) -> dict:
     proj = _scratch(base / Path(module).stem)
     _config(proj, module, tests)
+    if only and (proj / "mutants" / (module + ".meta")).exists():
+        # resuming: mutmut reruns every mutant named on its command line, so name only those without a result
+        only = tuple(k for k, c in _results(proj, module).items() if c is None and any(fnmatch(k, p) for p in only))
+        if not only:
+            return _summary(proj, module, 0, False, "")
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
     start = time.monotonic()
     cmd = [sys.executable, "-m", "mutmut", "run", "--max-children", str(jobs), *only]
@@ -111,19 +147,26 @@ def run_module(base: Path, module: str, minutes: float, jobs: int, tests: tuple[
             os.killpg(proc.pid, signal.SIGKILL)
             log, _ = proc.communicate()
         boxed = True
+    return _summary(proj, module, round(time.monotonic() - start), boxed, log)
+
+
+def _summary(proj: Path, module: str, seconds: int, boxed: bool, log: str) -> dict:
     codes = _results(proj, module)
     counts: dict[str, int] = {}
     for code in codes.values():
         status = STATUS.get(code, "suspicious")
         counts[status] = counts.get(status, 0) + 1
-    survivors = sorted(k for k, c in codes.items() if STATUS.get(c) == "survived")
+    survivors = sorted((k for k, c in codes.items() if STATUS.get(c) == "survived"),
+                       key=lambda k: (k.split("__mutmut_")[0], int(k.rsplit("_", 1)[-1])))
+    mutated = proj / "mutants" / module
+    funcs = _functions(mutated) if survivors and mutated.exists() else None
     return {
         "module": module,
-        "seconds": round(time.monotonic() - start),
+        "seconds": seconds,
         "time_boxed": boxed,
         "mutants": len(codes),
         **counts,
-        "survivors": {k: _show(proj, k) for k in survivors},
+        "survivors": {k: _show(proj, k, module, funcs) for k in survivors},
         "log_tail": (log or "")[-1500:] if not codes else "",
     }
 
@@ -132,6 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--modules", nargs="*", default=[m for m in MODULES if (ROOT / m).exists()])
     p.add_argument("--tests", nargs="*", default=list(TESTS))
+    p.add_argument("-k", dest="select", help="pytest -k expression narrowing the tests (fewer tests per survivor)")
     p.add_argument("--minutes", type=float, default=20.0, help="time box per module")
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--mutants", nargs="*", default=[],
@@ -146,7 +190,8 @@ def main(argv: list[str] | None = None) -> int:
     base = a.keep or Path(tempfile.mkdtemp(prefix="commscope-mutation-"))
     results = []
     for module in a.modules:
-        r = run_module(base, module, a.minutes, a.jobs, tuple(a.tests), tuple(a.mutants))
+        tests = (*a.tests, "-k", a.select) if a.select else tuple(a.tests)
+        r = run_module(base, module, a.minutes, a.jobs, tests, tuple(a.mutants))
         results.append(r)
         counts = ", ".join(f"{k} {r.get(k, 0)}" for k in ("killed", "survived", "timeout", "no tests", "not checked"))
         boxed = " (time box reached)" if r["time_boxed"] else ""

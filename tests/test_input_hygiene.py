@@ -149,7 +149,9 @@ def test_byte_order_mark_is_accepted_plain_and_gzipped(tmp_path: Path) -> None:
     run = tmp_path / "run"
     run.mkdir()
     bom = b"\xef\xbb\xbf"
-    for src in sorted(HYBRID.glob("rank*.json.gz")):
+    sources = sorted(HYBRID.glob("rank*.json.gz"))
+    assert len(sources) == 4  # a glob that finds nothing must not pass
+    for src in sources:
         rank = src.name[:5]
         if rank == "rank0":  # plain JSON with a BOM: found in the folder by content, then read
             (run / src.name.removesuffix(".gz")).write_bytes(bom + gzip.decompress(src.read_bytes()))

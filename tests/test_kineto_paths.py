@@ -161,6 +161,15 @@ def _real_kineto_files() -> list[Path]:
     return sorted(files)
 
 
+def test_the_real_trace_glob_finds_the_shipped_captures() -> None:
+    """An empty parameter list would skip the test below instead of failing it."""
+    files = _real_kineto_files()
+    shipped = [p for p in files if p.is_relative_to(SAMPLES / "gpu_h200")]
+    assert len(shipped) == 20  # five 4-rank H200 captures ship with the project
+    if SHARED.is_dir():
+        assert len(files) >= 60
+
+
 @pytest.mark.parametrize("path", _real_kineto_files(), ids=lambda p: p.name)
 def test_all_paths_agree_on_real_traces(path: Path) -> None:
     try:
