@@ -70,6 +70,14 @@ def _sync(args: argparse.Namespace, torch) -> None:
         torch.cuda.synchronize()
 
 
+def _delay(args: argparse.Namespace, torch, mat, ms: float) -> None:
+    """The slow rank's extra time: GPU work (``--kind compute``) or a sleep on the CPU (``--kind host``)."""
+    if args.kind == "host":
+        time.sleep(ms / 1000)
+    else:
+        _busy(args, torch, mat, ms)
+
+
 def _busy(args: argparse.Namespace, torch, mat, ms: float) -> None:
     """About ``ms`` of extra device work: matrix products enqueued back to back (the GPU is busy, the host
     is not), their number calibrated once per process; on the CPU, a timed loop."""
@@ -124,7 +132,7 @@ def _pp_1f1b(args, rank, torch, dist, mesh, dev):
         if prev is not None:
             inp.requires_grad_()
         if slow:
-            _busy(args, torch, extra, args.delay_ms / M)
+            _delay(args, torch, extra, args.delay_ms / M)
         out = stage(inp)
         return out.pow(2).mean() if nxt is None else out
 
@@ -209,7 +217,7 @@ def _tp_dp(args, rank, torch, dist, mesh, dev):
 
     def step():
         if slow:
-            _busy(args, torch, extra, args.delay_ms)
+            _delay(args, torch, extra, args.delay_ms)
         h = x
         for a, b in zip(w1, w2):
             h = h + Reduce.apply(torch.nn.functional.gelu(Copy.apply(h) @ a) @ b)
@@ -340,8 +348,8 @@ def _worker(rank: int, args: argparse.Namespace) -> None:
         truth = {"scenario": args.scenario, "variant": args.variant, "world_size": world,
                  "mesh": {"dims": list(names), "shape": list(shape)},
                  "straggler_rank": args.slow_rank if args.variant == "slow" else None,
-                 "straggler_kind": {"pp_1f1b": "compute", "tp_dp": "compute", "moe_a2a": "hot_expert",
-                                    "fsdp_threads": "host"}[args.scenario] if args.variant == "slow" else None,
+                 "straggler_kind": ({"moe_a2a": "hot_expert", "fsdp_threads": "host"}.get(args.scenario, args.kind)
+                                    if args.variant == "slow" else None),
                  "delay_ms": args.delay_ms if args.variant == "slow" else 0.0,
                  "profiled_steps": args.steps, "step_ms_by_rank": every,
                  "torch": torch.__version__,
@@ -370,6 +378,8 @@ def main() -> None:
     ap.add_argument("--delay-ms", type=float, default=40.0)
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     ap.add_argument("--port", type=int, default=29611)
+    ap.add_argument("--kind", choices=("compute", "host"), default="compute",
+                    help="pp_1f1b and tp_dp: the slow rank's extra time is GPU work or a CPU sleep")
     ap.add_argument("--mps", action="store_true", help="record that the CUDA MPS daemon ran (started outside)")
     ap.add_argument("--tag", default="", help="suffix of each run's folder name")
     args = ap.parse_args()

@@ -27,7 +27,7 @@ def _truth(name: str) -> dict:
 
 def test_the_sets_are_all_there() -> None:
     # a glob that found nothing must not pass the tests below vacuously
-    assert len(SETS) == 12
+    assert len(SETS) == 18
     assert {_truth(s)["variant"] for s in SETS} == {"slow", "balanced"}
 
 
@@ -50,7 +50,7 @@ def test_slow_sets_name_the_injected_root(analyses: dict, name: str) -> None:
     assert v is not None, name
     assert (v.rank, v.kind) == (t["straggler_rank"], {"hot_expert": "compute"}.get(t["straggler_kind"],
                                                                                      t["straggler_kind"]))
-    if t["scenario"] == "fsdp_threads":
+    if t["scenario"] == "fsdp_threads" and "MPS" not in t["transport"]:
         return  # one flat group, 4 ranks time-slicing the GPU: every rank is late now and then
     # and it is the top root by a wide margin: the messengers (its TP partner, its pipeline peer) are not
     roots = dict(a.ranking.select("rank", "root_caused_wait_ns").iter_rows())
