@@ -196,7 +196,7 @@ def gpu_step_windows(steps: pl.DataFrame, gpu: pl.DataFrame, cpu: pl.DataFrame) 
     return pl.concat([moved.select(steps.columns).cast(dict(steps.schema)), kept]).sort("rank", "start_ns")
 
 
-MIN_STEP_COVERAGE = 0.8  # step annotations covering less of a rank's GPU time than this are tiled
+MIN_STEP_COVERAGE = 1.0  # any GPU work outside the step windows (other threads, between steps): tile
 DEFAULT_STEP_MARKER = r"^ProfilerStep#(\d+)$"
 
 

@@ -46,7 +46,8 @@ def critical_path(g: Graph, steps: pl.DataFrame, offsets_ns: dict[int, float] | 
     # `upper`: where the path stands when it reaches a node (the end of the kernel it came from: at a jump
     # to the last arriver, the kernel on the rank it left may end later than the last arriver's)
     cur, t0, stp = redirect[root0], ends["start_ns"].to_numpy().astype(np.float64), ends["step"].to_numpy()
-    pre, upper = root0, a_end[root0]
+    # a kernel that runs past its step's end (windows tile: the next step began) counts up to that end only
+    pre, upper = root0, np.minimum(a_end[root0], ends["end_ns"].to_numpy().astype(np.float64))
     seen: list[tuple[np.ndarray, ...]] = []
     for _ in range(n.height):  # strictly backwards in time; the bound only guards against bad matches
         seen.append((cur, pre, upper, t0, stp))
