@@ -34,7 +34,7 @@ from .model import (
 )
 from .ranklist import compact
 from .timeline import MIN_STEP_COVERAGE, gpu_step_windows, host_step_windows, step_coverage, tile_steps
-from .workers import prestart, worker_context
+from .workers import no_main_reimport, prestart, worker_context
 
 
 @dataclass(frozen=True)
@@ -236,7 +236,7 @@ def _read_all(files: list[TraceFile], options: LoadOptions) -> list[list[RankTra
         ctx = worker_context()
         stored: dict[int, _Stored] = {}
         chunks = _chunks(files, todo, jobs)
-        with ProcessPoolExecutor(max_workers=min(jobs, len(chunks)), mp_context=ctx) as pool:
+        with ProcessPoolExecutor(max_workers=min(jobs, len(chunks)), mp_context=ctx) as pool, no_main_reimport():
             from .ingest.cache import cache_dir
 
             root = str(cache_dir())

@@ -8,8 +8,11 @@ start that server first and let it import on the other core while the main proce
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import multiprocessing.context
+import sys
+from collections.abc import Iterator
 
 _PRELOAD = ["analyzer.loader", "analyzer.ingest.kineto", "analyzer.ingest.nsys"]
 
@@ -29,3 +32,24 @@ def prestart() -> None:
         from multiprocessing import forkserver
 
         forkserver.ensure_running()
+
+
+@contextlib.contextmanager
+def no_main_reimport() -> Iterator[None]:
+    """Start workers without re-running the caller's script in each of them.
+
+    A child process normally re-imports ``__main__`` from its file, so ``analyzer.analyze(...)`` called
+    from a script without an ``if __name__ == "__main__":`` guard would run the whole script again in
+    every worker (and fail to start them). The workers only run functions of this package, so the
+    script is hidden from them while they start.
+    """
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if main is None or path is None or getattr(main, "__spec__", None) is not None:
+        yield
+        return
+    del main.__file__
+    try:
+        yield
+    finally:
+        main.__file__ = path

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import polars as pl
 import pytest
@@ -48,3 +49,17 @@ def test_import_is_cheap() -> None:
     code = "import sys, analyzer; print(sorted(m for m in ('polars', 'numpy', 'msgspec', 'rich') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and out.stdout.strip() == "[]", out.stderr
+
+
+def test_a_script_without_a_main_guard_can_use_worker_processes(tmp_path: Path) -> None:
+    # workers must not re-run the caller's script (they would start workers of their own and fail)
+    folder = SAMPLES / "real_parallel" / "tp_dp_mps_slow"
+    script = tmp_path / "job.py"
+    script.write_text(
+        "import analyzer\n"
+        f"a = analyzer.analyze({str(folder)!r}, jobs=2, cache=False)\n"
+        "print('ranks', a.ranks.height, 'verdict', a.verdict.rank)\n"
+    )
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines() == ["ranks 8 verdict 5"]
