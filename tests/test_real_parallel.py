@@ -108,3 +108,14 @@ def test_expert_imbalance_is_the_splits_sent(analyses: dict, name: str) -> None:
     assert ex["per_instance"]["recv_bytes_max"].max() == max(dispatch) * 1024 * 4
     if t["hot_expert_rank"] is not None:
         assert ex["top_receiver"] == t["hot_expert_rank"]
+
+
+@pytest.mark.parametrize("name", SETS)
+def test_wait_is_traced_to_a_rank_or_to_slower_transfers(analyses: dict, name: str) -> None:
+    rep = to_dict(_analysis(analyses, name))
+    caused = sum(r["caused_wait_ms"] for r in rep["ranks"])
+    rooted = sum(r["root_caused_wait_ms"] for r in rep["ranks"])
+    xfer = rep["stragglers"]["transfer_caused_wait_ms"]
+    assert rooted + xfer == pytest.approx(caused, abs=1e-3)
+    if name == "tp_dp_slow":  # its DP groups' all-reduces ran 72 vs 108 ms: that lateness is nobody's
+        assert xfer > 0.1 * caused

@@ -30,6 +30,7 @@ class Blame:
     steps: pl.DataFrame  # rank, step, root_caused_wait_ns (wait suffered in that step, traced to this rank)
     # root rank, root instance, instance where the wait was suffered, its step and the amount
     flows: pl.DataFrame
+    transfer_caused_ns: float = 0.0  # wait traced to slower transfers on the late rank's path (no rank's)
 
 
 _INSTANCE_SCHEMA = {
@@ -57,7 +58,11 @@ def root_cause(rows: pl.DataFrame, ranks: list[int]) -> Blame:
         .group_by("root_rank", "step").agg(pl.col("amount_ns").sum().alias("root_caused_wait_ns"))
         .rename({"root_rank": "rank"}).sort("rank", "step")
     )
-    return Blame(instances=inst, ranks=rank_df, steps=step_df, flows=flows)
+    # an instance's transfer part, and the share of it its propagated part inherited from its roots
+    kept = flows.group_by("instance").agg(pl.col("amount_ns").sum().alias("_kept"))
+    lost = inst.join(kept, on="instance", how="left").select(
+        (pl.col("caused_ns") - pl.col("_kept").fill_null(0.0)).clip(0.0).sum()).item() if inst.height else 0.0
+    return Blame(instances=inst, ranks=rank_df, steps=step_df, flows=flows, transfer_caused_ns=float(lost or 0.0))
 
 
 def _instances(rows: pl.DataFrame) -> pl.DataFrame:

@@ -110,7 +110,8 @@ def to_dict(a: Analysis) -> dict:
         "steps": _records(a.steps, STEP_FIELDS),
         "collectives": _records(a.collectives, COLLECTIVE_FIELDS),
         "bandwidth": _records(a.bandwidth, tuple(a.bandwidth.columns)),
-        "stragglers": {"verdict": roots[0] if roots else None, "roots": roots, "ranking": ranking},
+        "stragglers": {"verdict": roots[0] if roots else None, "roots": roots, "ranking": ranking,
+                       "transfer_caused_wait_ms": _number(a.blame.transfer_caused_ns / 1e6) if a.blame else None},
         "clock": clean({
             "method": fit.method,
             "reference_rank": fit.reference,
