@@ -20,8 +20,9 @@ from analyzer.metrics.blame import Blame
 K = 1_000  # ns
 
 
-def _blame(instances: list[tuple[int, int, int]], n_ranks: int = 3) -> Blame:
-    """``instances``: (step, last rank, caused ns), all of it the last rank's own (nothing propagated)."""
+def _blame(instances: list[tuple[int | None, int, int]], n_ranks: int = 3) -> Blame:
+    """``instances``: (step, last rank, caused ns), all of it the last rank's own (nothing propagated), as
+    ``blame.root_cause`` lays them out (per-step rows only for instances inside a step)."""
     group = ",".join(str(r) for r in range(n_ranks))
     inst = pl.DataFrame(
         {"instance": [f"i{k:02d}" for k in range(len(instances))], "step": [s for s, _, _ in instances],
@@ -35,7 +36,8 @@ def _blame(instances: list[tuple[int, int, int]], n_ranks: int = 3) -> Blame:
     )
     flows = inst.select(pl.col("instance").alias("root"), pl.col("last_rank").alias("root_rank"), "instance", "step",
                         pl.col("caused_ns").alias("amount_ns"))
-    steps = (flows.group_by("root_rank", "step").agg(pl.col("amount_ns").sum().alias("root_caused_wait_ns"))
+    steps = (flows.filter(pl.col("step").is_not_null())
+             .group_by("root_rank", "step").agg(pl.col("amount_ns").sum().alias("root_caused_wait_ns"))
              .rename({"root_rank": "rank"}).sort("rank", "step"))
     ranks = flows.group_by("root_rank").agg(pl.col("amount_ns").sum().alias("root_caused_wait_ns")).rename(
         {"root_rank": "rank"}).with_columns(pl.lit(0.0).alias("propagated_wait_ns"))
@@ -53,7 +55,7 @@ def _order(b: Blame, p_values: dict[int, float], ranks: int = 3) -> pl.DataFrame
     return pl.DataFrame(rows).sort(["root_caused_wait_ns", "rank"], descending=[True, False])
 
 
-def _roots(instances: list[tuple[int, int, int]], comm: dict[int, float], p_values: dict[int, float] | None = None,
+def _roots(instances: list[tuple[int | None, int, int]], comm: dict[int, float], p_values: dict[int, float] | None = None,
            cause: dict[str, float] | None = None) -> list[stragglers.Verdict]:
     b = _blame(instances)
     cause = cause or {"late_ns": 100.0 * K, "idle_ns": 100.0 * K, "excess_compute_ns": 0.0}
@@ -162,3 +164,11 @@ def test_chain_when_the_roots_own_delay_is_negligible_next_to_what_it_set_off() 
     flows = b.flows.with_columns(pl.lit("i00").alias("root"), pl.lit(0, dtype=pl.Int32).alias("root_rank"))
     (hop,) = stragglers.chain(Blame(instances=inst, ranks=b.ranks, steps=b.steps, flows=flows), 0)
     assert hop == stragglers.ChainLink(via=(1,), pg=("0",), groups=1, peers=2, wait_ns=400.0 * K)
+
+
+def test_collectives_outside_every_step_are_compared_with_each_other() -> None:
+    """Without step markers every instance is in one background: rank 0's 300 us over 2 peers against rank 1's
+    200 us over 2 peers is an effect of 1.5, not 'nobody else late' (inf)."""
+    inst = [(None, 0, 300 * K), (None, 1, 200 * K)]
+    (v,) = _roots(inst, COMM, p_values={0: 0.01})
+    assert (v.rank, v.effect, v.steps_seen, v.steps_last, v.chronic) == (0, 1.5, 0, 0, False)
