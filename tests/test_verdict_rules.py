@@ -20,15 +20,15 @@ from analyzer.metrics.blame import Blame
 K = 1_000  # ns
 
 
-def _blame(instances: list[tuple[int | None, int, int]], n_ranks: int = 3) -> Blame:
-    """``instances``: (step, last rank, caused ns), all of it the last rank's own (nothing propagated), as
-    ``blame.root_cause`` lays them out (per-step rows only for instances inside a step)."""
-    group = ",".join(str(r) for r in range(n_ranks))
+def _blame(instances: list[tuple], n_ranks: int = 3) -> Blame:
+    """``instances``: (step, last rank, caused ns[, group size]), all of it the last rank's own (nothing
+    propagated), as ``blame.root_cause`` lays them out (per-step rows only for instances inside a step)."""
+    sizes = [i[3] if len(i) > 3 else n_ranks for i in instances]
     inst = pl.DataFrame(
-        {"instance": [f"i{k:02d}" for k in range(len(instances))], "step": [s for s, _, _ in instances],
-         "pg": ["0"] * len(instances), "group_ranks": [group] * len(instances),
-         "n_ranks": [n_ranks] * len(instances), "last_rank": [r for _, r, _ in instances],
-         "caused_ns": [float(c) for _, _, c in instances], "own_ns": [float(c) for _, _, c in instances],
+        {"instance": [f"i{k:02d}" for k in range(len(instances))], "step": [i[0] for i in instances],
+         "pg": ["0"] * len(instances), "group_ranks": [",".join(str(r) for r in range(n)) for n in sizes],
+         "n_ranks": sizes, "last_rank": [i[1] for i in instances],
+         "caused_ns": [float(i[2]) for i in instances], "own_ns": [float(i[2]) for i in instances],
          "propagated_ns": [0.0] * len(instances), "parent": [None] * len(instances)},
         schema={"instance": pl.Utf8, "step": pl.Int64, "pg": pl.Utf8, "group_ranks": pl.Utf8, "n_ranks": pl.UInt32,
                 "last_rank": pl.Int32, "caused_ns": pl.Float64, "own_ns": pl.Float64, "propagated_ns": pl.Float64,
@@ -55,7 +55,7 @@ def _order(b: Blame, p_values: dict[int, float], ranks: int = 3) -> pl.DataFrame
     return pl.DataFrame(rows).sort(["root_caused_wait_ns", "rank"], descending=[True, False])
 
 
-def _roots(instances: list[tuple[int | None, int, int]], comm: dict[int, float], p_values: dict[int, float] | None = None,
+def _roots(instances: list[tuple], comm: dict[int, float], p_values: dict[int, float] | None = None,
            cause: dict[str, float] | None = None) -> list[stragglers.Verdict]:
     b = _blame(instances)
     cause = cause or {"late_ns": 100.0 * K, "idle_ns": 100.0 * K, "excess_compute_ns": 0.0}
@@ -172,3 +172,19 @@ def test_collectives_outside_every_step_are_compared_with_each_other() -> None:
     inst = [(None, 0, 300 * K), (None, 1, 200 * K)]
     (v,) = _roots(inst, COMM, p_values={0: 0.01})
     assert (v.rank, v.effect, v.steps_seen, v.steps_last, v.chronic) == (0, 1.5, 0, 0, False)
+
+
+def test_late_arrivals_are_compared_per_waiting_peer_across_group_sizes() -> None:
+    """Rank 0 keeps 1 peer waiting 100 us (a pair); rank 1 keeps 4 peers waiting 200 us in all (a group of 5):
+    per waiting peer 100 us against 50 us, an effect of 2."""
+    inst = [(1, 0, 100 * K, 2), (1, 1, 200 * K, 5), (2, 0, 100 * K, 2), (2, 1, 200 * K, 5)]
+    (v,) = _roots(inst, COMM, p_values={0: 0.001})
+    assert (v.rank, v.effect) == (0, 2.0)
+
+
+def test_collectives_outside_steps_are_not_mixed_with_a_step() -> None:
+    """Rank 0 is late outside any step (300 us vs rank 1's 200 us there) and never in step 1, where rank 1 is
+    late by 100 us: its effect is measured against the unstepped background only (1.5)."""
+    inst = [(None, 0, 300 * K), (None, 1, 200 * K), (1, 1, 100 * K), (2, 1, 100 * K)]
+    (v,) = _roots(inst, COMM, p_values={0: 0.001})
+    assert (v.rank, v.effect) == (0, 1.5)
