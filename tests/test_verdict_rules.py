@@ -188,3 +188,28 @@ def test_collectives_outside_steps_are_not_mixed_with_a_step() -> None:
     inst = [(None, 0, 300 * K), (None, 1, 200 * K), (1, 1, 100 * K), (2, 1, 100 * K)]
     (v,) = _roots(inst, COMM, p_values={0: 0.001})
     assert (v.rank, v.effect) == (0, 1.5)
+
+
+def test_the_background_is_the_instances_where_someone_waited() -> None:
+    """Step 1: rank 0 keeps 2 peers waiting 300 us; rank 1 200 us in one instance and 1 ns in another; in a third
+    nobody waited. The background is the median of the others' 100 us and 0.5 ns per peer (instances with wait,
+    however small); the instance without wait is no part of it."""
+    inst = [(1, 0, 300 * K), (1, 1, 200 * K), (1, 1, 1), (1, 2, 0)]
+    (v,) = _roots(inst, COMM, p_values={0: 0.001})
+    assert v.rank == 0 and v.effect == pytest.approx(150 * K / ((100 * K + 0.5) / 2), rel=1e-12)
+
+
+def test_a_second_root_is_judged_among_the_ranks_not_yet_named() -> None:
+    """Rank 0 (600 us, consistent by its p-value) is named first; among the rest rank 1 holds 400 of 500 us,
+    exactly 80%: consistent too, though it holds only 400 of the 1100 us of all three."""
+    inst = [(1, 0, 600 * K), (2, 1, 400 * K), (2, 2, 100 * K)]
+    first, second = _roots(inst, COMM, p_values={0: 0.001})
+    assert (first.rank, second.rank) == (0, 1)
+    assert first.confidence == pytest.approx(0.999, abs=1e-12) and second.confidence == pytest.approx(0.8, abs=1e-12)
+    assert (second.root_caused_wait_ns, second.effect) == (400.0 * K, 4.0)
+
+
+def test_one_nanosecond_of_root_caused_wait_is_judged_like_any_other() -> None:
+    """1 ns against 20 ns of the others' communication is 5%: visible, and it is the only lateness."""
+    (v,) = _roots([(1, 0, 1)], {0: 1.0, 1: 10.0, 2: 10.0})
+    assert (v.rank, v.root_caused_wait_ns) == (0, 1.0)
