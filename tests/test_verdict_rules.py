@@ -213,3 +213,17 @@ def test_one_nanosecond_of_root_caused_wait_is_judged_like_any_other() -> None:
     """1 ns against 20 ns of the others' communication is 5%: visible, and it is the only lateness."""
     (v,) = _roots([(1, 0, 1)], {0: 1.0, 1: 10.0, 2: 10.0})
     assert (v.rank, v.root_caused_wait_ns) == (0, 1.0)
+
+
+def test_a_second_roots_steps_are_counted_among_the_ranks_not_yet_named() -> None:
+    """Rank 0 (named first) tops step 1; among the ranks left, rank 1 tops both steps: chronic."""
+    inst = [(1, 0, 600 * K), (1, 1, 50 * K), (2, 1, 400 * K), (2, 2, 100 * K)]
+    first, second = _roots(inst, COMM, p_values={0: 0.001})
+    assert (first.rank, second.rank) == (0, 1)
+    assert (second.steps_last, second.steps_seen, second.chronic) == (2, 2, True)
+
+
+def test_a_tie_for_top_of_a_step_goes_to_the_lower_rank() -> None:
+    inst = [(1, 0, 100 * K), (1, 1, 100 * K), (2, 0, 300 * K), (2, 2, 50 * K)]
+    (v,) = _roots(inst, COMM, p_values={0: 0.001})
+    assert (v.rank, v.steps_last, v.steps_seen, v.effect) == (0, 2, 2, 3.5)
