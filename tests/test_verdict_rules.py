@@ -227,3 +227,24 @@ def test_a_tie_for_top_of_a_step_goes_to_the_lower_rank() -> None:
     inst = [(1, 0, 100 * K), (1, 1, 100 * K), (2, 0, 300 * K), (2, 2, 50 * K)]
     (v,) = _roots(inst, COMM, p_values={0: 0.001})
     assert (v.rank, v.steps_last, v.steps_seen, v.effect) == (0, 2, 2, 3.5)
+
+
+def test_fewer_than_three_steps_get_no_step_test() -> None:
+    """Rank 0 tops both steps among 5 causers (P = 1/25 < 0.05), but 2 steps are too few for the step test;
+    with a share of 0.6 and no instance evidence it is not consistent: no verdict."""
+    inst = [(1, 0, 300 * K), (1, 1, 100 * K), (1, 2, 100 * K), (2, 0, 300 * K), (2, 3, 100 * K), (2, 4, 100 * K)]
+    assert _roots(inst, COMM) == []
+
+
+def test_a_second_roots_step_test_counts_the_causers_not_yet_named() -> None:
+    """Rank 0 (named first) is late in step 4 only. Among the ranks left, rank 1 tops steps 1-3 of 4 against 5
+    causers (rank 5's 1 ns counts): P(X >= 3 | 4, 1/5), not 1/6 with rank 0 counted or 1/4 without rank 5."""
+    inst = [(4, 0, 1_000 * K), (1, 1, 300 * K), (2, 1, 300 * K), (3, 1, 300 * K),
+            (1, 2, 100 * K), (2, 3, 100 * K), (3, 4, 100 * K), (1, 5, 1)]
+    comm = dict.fromkeys(range(6), 2_000.0 * K)
+    b = _blame(inst)
+    first, second = stragglers.roots(_order(b, {0: 0.001}, ranks=6), b, comm,
+                                     lambda r: {"late_ns": 1.0, "idle_ns": 1.0, "excess_compute_ns": 0.0})
+    assert (first.rank, second.rank, second.steps_last, second.steps_seen) == (0, 1, 3, 4)
+    p = 4 * 0.2 ** 3 * 0.8 + 0.2 ** 4
+    assert second.confidence == pytest.approx(1 - p, abs=1e-12)
