@@ -21,14 +21,15 @@ from analyzer.metrics.blame import Blame
 K = 1_000  # ns
 
 
-def _blame(instances: list[tuple[int, int, int]], n_ranks: int = 3) -> Blame:
-    """``instances``: (step, last rank, caused ns), all of it the last rank's own (nothing propagated)."""
-    group = ",".join(str(r) for r in range(n_ranks))
+def _blame(instances: list[tuple], n_ranks: int = 3) -> Blame:
+    """``instances``: (step, last rank, caused ns[, group size]), all of it the last rank's own (nothing
+    propagated), as ``blame.root_cause`` lays them out (per-step rows only for instances inside a step)."""
+    sizes = [i[3] if len(i) > 3 else n_ranks for i in instances]
     inst = pl.DataFrame(
-        {"instance": [f"i{k:02d}" for k in range(len(instances))], "step": [s for s, _, _ in instances],
-         "pg": ["0"] * len(instances), "group_ranks": [group] * len(instances),
-         "n_ranks": [n_ranks] * len(instances), "last_rank": [r for _, r, _ in instances],
-         "caused_ns": [float(c) for _, _, c in instances], "own_ns": [float(c) for _, _, c in instances],
+        {"instance": [f"i{k:02d}" for k in range(len(instances))], "step": [i[0] for i in instances],
+         "pg": ["0"] * len(instances), "group_ranks": [",".join(str(r) for r in range(n)) for n in sizes],
+         "n_ranks": sizes, "last_rank": [i[1] for i in instances],
+         "caused_ns": [float(i[2]) for i in instances], "own_ns": [float(i[2]) for i in instances],
          "propagated_ns": [0.0] * len(instances), "parent": [None] * len(instances)},
         schema={"instance": pl.Utf8, "step": pl.Int64, "pg": pl.Utf8, "group_ranks": pl.Utf8, "n_ranks": pl.UInt32,
                 "last_rank": pl.Int32, "caused_ns": pl.Float64, "own_ns": pl.Float64, "propagated_ns": pl.Float64,
@@ -36,7 +37,8 @@ def _blame(instances: list[tuple[int, int, int]], n_ranks: int = 3) -> Blame:
     )
     flows = inst.select(pl.col("instance").alias("root"), pl.col("last_rank").alias("root_rank"), "instance", "step",
                         pl.col("caused_ns").alias("amount_ns"))
-    steps = (flows.group_by("root_rank", "step").agg(pl.col("amount_ns").sum().alias("root_caused_wait_ns"))
+    steps = (flows.filter(pl.col("step").is_not_null())
+             .group_by("root_rank", "step").agg(pl.col("amount_ns").sum().alias("root_caused_wait_ns"))
              .rename({"root_rank": "rank"}).sort("rank", "step"))
     ranks = flows.group_by("root_rank").agg(pl.col("amount_ns").sum().alias("root_caused_wait_ns")).rename(
         {"root_rank": "rank"}).with_columns(pl.lit(0.0).alias("propagated_wait_ns"))
@@ -54,7 +56,7 @@ def _order(b: Blame, p_values: dict[int, float], ranks: int = 3) -> pl.DataFrame
     return pl.DataFrame(rows).sort(["root_caused_wait_ns", "rank"], descending=[True, False])
 
 
-def _roots(instances: list[tuple[int, int, int]], comm: dict[int, float], p_values: dict[int, float] | None = None,
+def _roots(instances: list[tuple], comm: dict[int, float], p_values: dict[int, float] | None = None,
            cause: dict[str, float] | None = None) -> list[stragglers.Verdict]:
     b = _blame(instances)
     cause = cause or {"late_ns": 100.0 * K, "idle_ns": 100.0 * K, "excess_compute_ns": 0.0}
@@ -172,3 +174,87 @@ def test_chain_when_the_roots_own_delay_is_negligible_next_to_what_it_set_off() 
     flows = b.flows.with_columns(pl.lit("i00").alias("root"), pl.lit(0, dtype=pl.Int32).alias("root_rank"))
     (hop,) = stragglers.chain(Blame(instances=inst, ranks=b.ranks, steps=b.steps, flows=flows), 0)
     assert hop == stragglers.ChainLink(via=(1,), pg=("0",), groups=1, peers=2, wait_ns=400.0 * K)
+
+
+def test_collectives_outside_every_step_are_compared_with_each_other() -> None:
+    """Without step markers every instance is in one background: rank 0's 300 us over 2 peers against rank 1's
+    200 us over 2 peers is an effect of 1.5, not 'nobody else late' (inf)."""
+    inst = [(None, 0, 300 * K), (None, 1, 200 * K)]
+    (v,) = _roots(inst, COMM, p_values={0: 0.01})
+    assert (v.rank, v.effect, v.steps_seen, v.steps_last, v.chronic) == (0, 1.5, 0, 0, False)
+
+
+def test_late_arrivals_are_compared_per_waiting_peer_across_group_sizes() -> None:
+    """Rank 0 keeps 1 peer waiting 100 us (a pair); rank 1 keeps 4 peers waiting 200 us in all (a group of 5):
+    per waiting peer 100 us against 50 us, an effect of 2."""
+    inst = [(1, 0, 100 * K, 2), (1, 1, 200 * K, 5), (2, 0, 100 * K, 2), (2, 1, 200 * K, 5)]
+    (v,) = _roots(inst, COMM, p_values={0: 0.001})
+    assert (v.rank, v.effect) == (0, 2.0)
+
+
+def test_collectives_outside_steps_are_not_mixed_with_a_step() -> None:
+    """Rank 0 is late outside any step (300 us vs rank 1's 200 us there) and never in step 1, where rank 1 is
+    late by 100 us: its effect is measured against the unstepped background only (1.5)."""
+    inst = [(None, 0, 300 * K), (None, 1, 200 * K), (1, 1, 100 * K), (2, 1, 100 * K)]
+    (v,) = _roots(inst, COMM, p_values={0: 0.001})
+    assert (v.rank, v.effect) == (0, 1.5)
+
+
+def test_the_background_is_the_instances_where_someone_waited() -> None:
+    """Step 1: rank 0 keeps 2 peers waiting 300 us; rank 1 200 us in one instance and 1 ns in another; in a third
+    nobody waited. The background is the median of the others' 100 us and 0.5 ns per peer (instances with wait,
+    however small); the instance without wait is no part of it."""
+    inst = [(1, 0, 300 * K), (1, 1, 200 * K), (1, 1, 1), (1, 2, 0)]
+    (v,) = _roots(inst, COMM, p_values={0: 0.001})
+    assert v.rank == 0 and v.effect == pytest.approx(150 * K / ((100 * K + 0.5) / 2), rel=1e-12)
+
+
+def test_a_second_root_is_judged_among_the_ranks_not_yet_named() -> None:
+    """Rank 0 (600 us, consistent by its p-value) is named first; among the rest rank 1 holds 400 of 500 us,
+    exactly 80%: consistent too, though it holds only 400 of the 1100 us of all three."""
+    inst = [(1, 0, 600 * K), (2, 1, 400 * K), (2, 2, 100 * K)]
+    first, second = _roots(inst, COMM, p_values={0: 0.001})
+    assert (first.rank, second.rank) == (0, 1)
+    assert first.confidence == pytest.approx(0.999, abs=1e-12) and second.confidence == pytest.approx(0.8, abs=1e-12)
+    assert (second.root_caused_wait_ns, second.effect) == (400.0 * K, 4.0)
+
+
+def test_one_nanosecond_of_root_caused_wait_is_judged_like_any_other() -> None:
+    """1 ns against 20 ns of the others' communication is 5%: visible, and it is the only lateness."""
+    (v,) = _roots([(1, 0, 1)], {0: 1.0, 1: 10.0, 2: 10.0})
+    assert (v.rank, v.root_caused_wait_ns) == (0, 1.0)
+
+
+def test_a_second_roots_steps_are_counted_among_the_ranks_not_yet_named() -> None:
+    """Rank 0 (named first) tops step 1; among the ranks left, rank 1 tops both steps: chronic."""
+    inst = [(1, 0, 600 * K), (1, 1, 50 * K), (2, 1, 400 * K), (2, 2, 100 * K)]
+    first, second = _roots(inst, COMM, p_values={0: 0.001})
+    assert (first.rank, second.rank) == (0, 1)
+    assert (second.steps_last, second.steps_seen, second.chronic) == (2, 2, True)
+
+
+def test_a_tie_for_top_of_a_step_goes_to_the_lower_rank() -> None:
+    inst = [(1, 0, 100 * K), (1, 1, 100 * K), (2, 0, 300 * K), (2, 2, 50 * K)]
+    (v,) = _roots(inst, COMM, p_values={0: 0.001})
+    assert (v.rank, v.steps_last, v.steps_seen, v.effect) == (0, 2, 2, 3.5)
+
+
+def test_fewer_than_three_steps_get_no_step_test() -> None:
+    """Rank 0 tops both steps among 5 causers (P = 1/25 < 0.05), but 2 steps are too few for the step test;
+    with a share of 0.6 and no instance evidence it is not consistent: no verdict."""
+    inst = [(1, 0, 300 * K), (1, 1, 100 * K), (1, 2, 100 * K), (2, 0, 300 * K), (2, 3, 100 * K), (2, 4, 100 * K)]
+    assert _roots(inst, COMM) == []
+
+
+def test_a_second_roots_step_test_counts_the_causers_not_yet_named() -> None:
+    """Rank 0 (named first) is late in step 4 only. Among the ranks left, rank 1 tops steps 1-3 of 4 against 5
+    causers (rank 5's 1 ns counts): P(X >= 3 | 4, 1/5), not 1/6 with rank 0 counted or 1/4 without rank 5."""
+    inst = [(4, 0, 1_000 * K), (1, 1, 300 * K), (2, 1, 300 * K), (3, 1, 300 * K),
+            (1, 2, 100 * K), (2, 3, 100 * K), (3, 4, 100 * K), (1, 5, 1)]
+    comm = dict.fromkeys(range(6), 2_000.0 * K)
+    b = _blame(inst)
+    first, second = stragglers.roots(_order(b, {0: 0.001}, ranks=6), b, comm,
+                                     lambda r: {"late_ns": 1.0, "idle_ns": 1.0, "excess_compute_ns": 0.0})
+    assert (first.rank, second.rank, second.steps_last, second.steps_seen) == (0, 1, 3, 4)
+    p = 4 * 0.2 ** 3 * 0.8 + 0.2 ** 4
+    assert second.confidence == pytest.approx(1 - p, abs=1e-12)
