@@ -106,20 +106,34 @@ def _coalesced_p2p(linked: pl.DataFrame, calls: pl.DataFrame, inside: pl.DataFra
 
 
 def _fill_group_ranks(df: pl.DataFrame, groups: dict[int, tuple[ProcessGroup, ...]]) -> pl.DataFrame:
-    # each distinct member list spelled once, not once per rank (by identity: ranks read from the cache share
-    # one object per group; hashing a 16k-member tuple per rank would cost more than the join)
-    text: dict[int, str] = {}
-    rows = [
-        {"rank": r, "pg": g.name,
-         "_ranks": text.get(id(g.ranks)) or text.setdefault(id(g.ranks), ",".join(map(str, g.ranks))),
-         "_size": len(g.ranks)}
-        for r, gs in groups.items()
-        for g in gs
-        if g.ranks
-    ]
-    if not rows:
+    # each distinct member list spelled once and held once: a (rank, group) row names its text, which the
+    # join gathers as views into one buffer (16k ranks listing a 16k-member world group: 1.5 GB otherwise).
+    # By identity: ranks read from the cache share one object per group (hashing 16k-member tuples costs more)
+    index: dict[int, int] = {}
+    texts: list[str] = []
+    sizes: list[int] = []
+    rank_col: list[int] = []
+    pg_col: list[str] = []
+    gid_col: list[int] = []
+    for r, gs in groups.items():
+        for g in gs:
+            if not g.ranks:
+                continue
+            i = index.get(id(g.ranks))
+            if i is None:
+                i = index[id(g.ranks)] = len(texts)
+                texts.append(",".join(map(str, g.ranks)))
+                sizes.append(len(g.ranks))
+            rank_col.append(r)
+            pg_col.append(g.name)
+            gid_col.append(i)
+    if not rank_col:
         return df
-    table = pl.DataFrame(rows, schema={"rank": pl.Int32, "pg": pl.Utf8, "_ranks": pl.Utf8, "_size": pl.Int32})
+    spelled = pl.DataFrame({"_gid": range(len(texts)), "_ranks": texts, "_size": sizes},
+                           schema={"_gid": pl.Int64, "_ranks": pl.Utf8, "_size": pl.Int32})
+    table = pl.DataFrame({"rank": rank_col, "pg": pg_col, "_gid": gid_col},
+                         schema={"rank": pl.Int32, "pg": pl.Utf8, "_gid": pl.Int64}).join(
+        spelled, on="_gid", how="left", maintain_order="left").drop("_gid")
     return (
         df.join(table, on=["rank", "pg"], how="left")
         .with_columns(
@@ -141,7 +155,13 @@ def _resolve_peer(df: pl.DataFrame) -> pl.DataFrame:
         .then(members.list.get(local.cast(pl.Int64), null_on_oob=True).cast(pl.Int32, strict=False))
         .otherwise(None)
     )
-    return df.with_columns(pl.coalesce("peer", looked_up).alias("peer"))
+    # only rows that need it split their member list (every collective of a 16k-rank job: 1 GB of lists)
+    need = df.select(pl.col("peer").is_null() & local.is_not_null()).to_series()
+    if not need.any():
+        return df
+    rows = df.with_row_index("_i").filter(need).select("_i", looked_up.alias("_p"))
+    full = pl.Series("_p", [None] * df.height, dtype=pl.Int32).scatter(rows["_i"], rows["_p"])
+    return df.with_columns(pl.coalesce(pl.col("peer"), pl.lit(full)).alias("peer"))
 
 
 def _launch_steps(df: pl.DataFrame, cpu: pl.DataFrame, host_steps: pl.DataFrame) -> pl.DataFrame:

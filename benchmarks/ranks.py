@@ -1,15 +1,17 @@
-"""Many small ranks: cold and cached ``analyze`` at 1,024 and 16,384 ranks, and on a Dask cluster.
+"""Many small ranks: cold and cached ``analyze`` at 1,024, 4,096 and 16,384 ranks, and on a Dask cluster.
 
-    python -m benchmarks.ranks [--runs 3] [--skip-16k] [--skip-dask] [--data /tmp/commscope-ranks]
+    python -m benchmarks.ranks [--runs 3] [--skip-4k] [--skip-16k] [--skip-dask] [--data /tmp/commscope-ranks]
 
-Inputs come from the synthetic generator (``--tp 8``; 1,024 ranks x 5 steps, 16,384 ranks x 2 steps),
+Inputs come from the synthetic generator (``--tp 8``; 1,024 ranks x 5 steps, 4,096 and 16,384 ranks x 2 steps),
 written once under ``--data`` by a pool of forked writers (the per-rank files are independent once the
 job is built) and reused. Each row is ``python -m analyzer.cli analyze DIR --format json`` in a
 subprocess: cold (empty ``COMMSCOPE_CACHE_DIR``) and cached, the median wall time of ``--runs`` with
-the min-max spread, and the peak memory (largest sum of RSS over the process tree, workers
-included; ``benchmarks.bench.measure``). The Dask row starts a ``distributed.LocalCluster`` of worker
-processes here and passes ``--scheduler`` (cold cache: the workers parse). The event mix of each input
-is printed beside it. Prints a Markdown table.
+the min-max spread, the CPU seconds (user + system, whole process tree: median and min-max) and the
+peak memory (largest sum of RSS over the process tree, workers included; ``benchmarks.bench.measure``).
+Each row also gives the 1-minute load average after it: on a shared machine wall time follows the
+load. The Dask row starts a ``distributed.LocalCluster`` of worker processes here and passes
+``--scheduler`` (cold cache: the workers parse). The event mix of each input is printed beside it.
+Prints a Markdown table.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from pathlib import Path
 
 import msgspec
 
+from benchmarks import bench
 from benchmarks.bench import analyze_cmd, measure
 
 _WORKLOAD = None  # the built job, shared with forked writers
@@ -80,9 +83,10 @@ def event_mix(path: Path, sample: int = 16) -> str:
     return f"{len(files)} ranks, {mb:,.0f} MB; {mix}"
 
 
-def _stats(walls: list[float], peaks: list[float]) -> dict:
+def _stats(walls: list[float], peaks: list[float], cpus: list[float]) -> dict:
     return {"median": statistics.median(walls), "lo": min(walls), "hi": max(walls), "peak": max(peaks),
-            "n": len(walls)}
+            "n": len(walls), "cpu": statistics.median(cpus), "cpu_lo": min(cpus), "cpu_hi": max(cpus),
+            "load": os.getloadavg()[0]}
 
 
 def timed(path: Path, n: int, cached_runs: int | None = None, extra: tuple[str, ...] = (),
@@ -91,18 +95,20 @@ def timed(path: Path, n: int, cached_runs: int | None = None, extra: tuple[str, 
     last cold run filled; (cold, cached) statistics."""
     cache = cache or Path(tempfile.mkdtemp(prefix="commscope-ranks-"))
     env = {**os.environ, "COMMSCOPE_CACHE_DIR": str(cache)}
-    cold: tuple[list[float], list[float]] = ([], [])
-    warm: tuple[list[float], list[float]] = ([], [])
+    cold: tuple[list[float], list[float], list[float]] = ([], [], [])
+    warm: tuple[list[float], list[float], list[float]] = ([], [], [])
     try:
         for _ in range(n):
             shutil.rmtree(cache, ignore_errors=True)
             w, p = measure(analyze_cmd(path, *extra), env)
             cold[0].append(w)
             cold[1].append(p)
+            cold[2].append(bench.CPU_SECONDS[-1])
         for _ in range(n if cached_runs is None else cached_runs):
             w, p = measure(analyze_cmd(path, *extra), env)
             warm[0].append(w)
             warm[1].append(p)
+            warm[2].append(bench.CPU_SECONDS[-1])
     finally:
         shutil.rmtree(cache, ignore_errors=True)
     return _stats(*cold), (_stats(*warm) if warm[0] else None)
@@ -121,18 +127,21 @@ def dask_row(path: Path, n: int, workers: int) -> dict:
 
 def _row(name: str, mix: str, r: dict) -> str:
     spread = f"{r['lo']:.1f}-{r['hi']:.1f}" if r["n"] > 1 else "1 run"
-    return f"| {name} | {r['median']:.1f} s ({spread}) | {r['peak']:,.0f} MB | {mix} |"
+    cpu = f"{r['cpu']:.1f} s ({r['cpu_lo']:.1f}-{r['cpu_hi']:.1f})" if r["n"] > 1 else f"{r['cpu']:.1f} s"
+    return f"| {name} | {r['median']:.1f} s ({spread}) | {cpu} | {r['peak']:,.0f} MB | {r['load']:.1f} | {mix} |"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--data", type=Path, default=Path(tempfile.gettempdir()) / "commscope-ranks")
+    ap.add_argument("--skip-4k", action="store_true")
     ap.add_argument("--skip-16k", action="store_true")
     ap.add_argument("--skip-dask", action="store_true")
     ap.add_argument("--dask-workers", type=int, default=2)
     args = ap.parse_args()
-    rows = ["| input | wall (median, min-max) | peak memory | event mix |", "|---|---|---|---|"]
+    rows = ["| input | wall (median, min-max) | CPU (median, min-max) | peak memory | load | event mix |",
+            "|---|---|---|---|---|---|"]
     small = generate(args.data / "r1024", 1024, steps=5)
     mix = event_mix(small)
     cold, warm = timed(small, args.runs)
@@ -141,6 +150,12 @@ def main() -> None:
     if not args.skip_dask:
         rows.append(_row(f"1,024 ranks, Dask LocalCluster ({args.dask_workers} worker processes), cold", mix,
                          dask_row(small, args.runs, args.dask_workers)))
+    if not args.skip_4k:
+        mid = generate(args.data / "r4096", 4096, steps=2)
+        mix = event_mix(mid)
+        cold, warm = timed(mid, args.runs)
+        rows.append(_row("4,096 ranks, cold", mix, cold))
+        rows.append(_row("4,096 ranks, cached", mix, warm))
     if not args.skip_16k:
         big = generate(args.data / "r16384", 16384, steps=2)
         mix = event_mix(big)

@@ -180,6 +180,15 @@ def _fast_select(header: _Header, options: ReadOptions, cpu_ops: bool) -> _Selec
 # ----------------------------------------------------------------------------- metadata
 
 
+def _members(raw: Any) -> tuple[int, ...]:
+    """A process group's member ranks: a list of plain ints checked in C (16k-rank jobs list 16k members in
+    every rank's file), anything else element by element."""
+    try:
+        return msgspec.convert(raw, tuple[int, ...])
+    except (msgspec.ValidationError, TypeError):
+        return tuple(int(r) for r in raw if _as_int(r) is not None)
+
+
 def _rank_meta(path: Path, trace: _Header, options: ReadOptions) -> RankMeta:
     info = trace.distributedInfo if isinstance(trace.distributedInfo, dict) else {}
     warnings: list[str] = []
@@ -199,7 +208,7 @@ def _rank_meta(path: Path, trace: _Header, options: ReadOptions) -> RankMeta:
         pg_config = list(pg_config.values())
     for pg in pg_config or []:
         if isinstance(pg, dict):
-            ranks = tuple(int(r) for r in pg.get("ranks", []) if _as_int(r) is not None)
+            ranks = _members(pg.get("ranks", []))
             groups.append(ProcessGroup(str(pg.get("pg_name", "")), str(pg.get("pg_desc", "")), ranks))
     devices = tuple(
         str(d.get("name", "")) for d in (trace.deviceProperties or []) if isinstance(d, dict)

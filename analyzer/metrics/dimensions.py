@@ -128,7 +128,13 @@ _TRAFFIC = (
 
 def meta_groups(metas: tuple) -> pl.DataFrame:
     """pg, desc, ranks of every process group the traces describe (Kineto ``distributedInfo.pg_config``)."""
-    rows = {(g.name, g.ranks): g.desc for m in metas for g in m.process_groups if g.ranks}
+    rows: dict[tuple[str, tuple[int, ...]], str] = {}
+    done: set[int] = set()  # ranks read from the cache share each group object: hash its members once
+    for m in metas:
+        for g in m.process_groups:
+            if g.ranks and id(g) not in done:
+                done.add(id(g))
+                rows[(g.name, g.ranks)] = g.desc
     return pl.DataFrame(
         {"pg": [k[0] for k in rows], "desc": list(rows.values()), "ranks": [list(k[1]) for k in rows]},
         schema={"pg": pl.Utf8, "desc": pl.Utf8, "ranks": pl.List(pl.Int32)},
@@ -164,9 +170,12 @@ def groups(meta_groups: pl.DataFrame, rows: pl.DataFrame, world: int, hosts: pl.
     """
     seen = (
         rows.filter(pl.col("pg").is_not_null())
+        # member lists as categories: a few distinct texts, each hashed once (16k-rank jobs: 10-90 KB each)
+        .with_columns(pl.col("group_ranks").cast(pl.Categorical))
         .group_by("pg", "group_ranks").agg(pl.col("pg_desc").drop_nulls().first().alias("desc"),
                                            pl.col("rank").unique().sort().alias("_seen"),
                                            _TRAFFIC)
+        .with_columns(pl.col("group_ranks").cast(pl.Utf8))
     )
     seen = seen.with_columns(
         pl.when(pl.col("group_ranks").is_not_null())
@@ -194,20 +203,22 @@ def groups(meta_groups: pl.DataFrame, rows: pl.DataFrame, world: int, hosts: pl.
 
 
 def _classify(g: pl.DataFrame, world: int, hosts: pl.DataFrame | None, opts: Options) -> pl.DataFrame:
-    members = g.select("pg", "_key", pl.col("ranks").alias("rank")).explode("rank")
+    # members by a small group id: (pg, _key) repeated on every member row is O(members^2) bytes at 16k ranks
+    g = g.with_row_index("_gid")
+    members = g.select("_gid", pl.col("ranks").alias("rank")).explode("rank")
     members = members.with_columns(pl.col("rank").cast(pl.Int32))
     if hosts is None:
         members = members.with_columns(pl.format("node{}", pl.col("rank") // opts.gpus_per_host).alias("host"))
     else:
         members = members.join(hosts, on="rank", how="left")
-    geo = members.group_by("pg", "_key").agg(
+    geo = members.group_by("_gid").agg(
         pl.col("host").n_unique().alias("_hosts"), pl.col("host").null_count().alias("_nohost"),
         pl.col("rank").sort().diff().drop_nulls().unique().alias("_strides"),
     )
-    g = g.join(geo, on=["pg", "_key"], how="left")
+    g = g.join(geo, on="_gid", how="left", maintain_order="left")
     by_layout = _by_layout(members, opts.layout) if opts.layout else None
     if by_layout is not None:
-        g = g.join(by_layout, on=["pg", "_key"], how="left")
+        g = g.join(by_layout, on="_gid", how="left", maintain_order="left")
     else:
         g = g.with_columns(pl.lit(None, dtype=pl.Utf8).alias("_layout_dim"))
     descs = {d: from_description(d) for d in g["desc"].drop_nulls().unique().to_list()}
@@ -238,9 +249,9 @@ def _by_layout(members: pl.DataFrame, layout: Layout) -> pl.DataFrame:
     """The axis along which a group's members differ; dp+cp together is data parallel; all axes: world."""
     axes = [n for n, size in layout.axes if size > 1]
     if not axes:
-        return members.select("pg", "_key").unique().with_columns(pl.lit("world").alias("_layout_dim"))
+        return members.select("_gid").unique().with_columns(pl.lit("world").alias("_layout_dim"))
     coords = members.with_columns(layout.coords(pl.col("rank")))
-    varying = coords.group_by("pg", "_key").agg(*[(pl.col(f"_c_{a}").n_unique() > 1).alias(a) for a in axes])
+    varying = coords.group_by("_gid").agg(*[(pl.col(f"_c_{a}").n_unique() > 1).alias(a) for a in axes])
     n = pl.sum_horizontal([pl.col(a) for a in axes])
     one: pl.Expr = pl.lit("unknown")
     for a in axes:
@@ -249,7 +260,7 @@ def _by_layout(members: pl.DataFrame, layout: Layout) -> pl.DataFrame:
     if {"dp", "cp"} <= set(axes):
         dim = dim.when((n == 2) & pl.col("dp") & pl.col("cp")).then(pl.lit("dp"))
     dim = dim.when(n == len(axes)).then(pl.lit("world")).otherwise(pl.lit("unknown"))
-    return varying.select("pg", "_key", dim.alias("_layout_dim"))
+    return varying.select("_gid", dim.alias("_layout_dim"))
 
 
 def pair_dimension(layout: Layout | None) -> pl.Expr:

@@ -58,6 +58,11 @@ def _number(v: float | None) -> float | None:
     return None if v is None or math.isnan(v) or math.isinf(v) else round(v, 6)
 
 
+def _plain(dtype: pl.DataType) -> bool:
+    """Values ``clean`` leaves as they are (member lists of thousands of ranks, per instance)."""
+    return dtype.is_integer() or dtype in (pl.String, pl.Boolean)
+
+
 def _records(df: pl.DataFrame, fields: tuple[str, ...]) -> list[dict]:
     """``clean`` of each row, done a column at a time (thousands of rows)."""
     cols = [f for f in fields if f in df.columns]
@@ -69,8 +74,8 @@ def _records(df: pl.DataFrame, fields: tuple[str, ...]) -> list[dict]:
         vals = s.to_list()
         if s.dtype.is_float():
             vals = [_number(v) for v in vals]
-        elif not (s.dtype.is_integer() or s.dtype in (pl.String, pl.Boolean)):
-            vals = [clean(v) for v in vals]
+        elif not (_plain(s.dtype) or isinstance(s.dtype, pl.List) and _plain(s.dtype.inner)):
+            vals = [clean(v) for v in vals]  # what clean changes: floats, at any depth
         values.append(vals)
     return [dict(zip(cols, row)) for row in zip(*values)]
 
