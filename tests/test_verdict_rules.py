@@ -247,9 +247,10 @@ def test_fewer_than_three_steps_get_no_step_test() -> None:
 
 
 def test_a_second_roots_step_test_counts_the_causers_not_yet_named() -> None:
-    """Rank 0 (named first) is late in step 4 only. Among the ranks left, rank 1 tops steps 1-3 of 4 against 5
-    causers (rank 5's 1 ns counts): P(X >= 3 | 4, 1/5), not 1/6 with rank 0 counted or 1/4 without rank 5."""
-    inst = [(4, 0, 1_000 * K), (1, 1, 300 * K), (2, 1, 300 * K), (3, 1, 300 * K),
+    """Rank 0 (named first, by its share 10000 / 11200 >= 0.8) is late in step 4 only. Among the ranks left,
+    rank 1 tops steps 1-3 of 4 against 5 causers (rank 5's 1 ns counts): P(X >= 3 | 4, 1/5), not 1/6 with
+    rank 0 counted or 1/4 without rank 5."""
+    inst = [(4, 0, 10_000 * K), (1, 1, 300 * K), (2, 1, 300 * K), (3, 1, 300 * K),
             (1, 2, 100 * K), (2, 3, 100 * K), (3, 4, 100 * K), (1, 5, 1)]
     comm = dict.fromkeys(range(6), 2_000.0 * K)
     b = _blame(inst)
