@@ -489,7 +489,8 @@ def test_one_rank_has_no_matched_waits_and_exact_breakdown(tmp_path: Path) -> No
     assert row["compute_only_ms"] == pytest.approx(ref.whole.compute_only_ns / MS, abs=TOL)
     assert rep["stragglers"] == {"verdict": None, "roots": [], "ranking": [
         {"rank": 0, "root_caused_wait_ms": 0.0, "propagated_wait_ms": 0.0, "caused_wait_ms": 0.0, "wait_ms": 0.0,
-         "last_arrival_pct": None, "steps_last": 0, "instances": 0}]}
+         "last_arrival_pct": None, "steps_last": 0, "instances": 0}],
+        "transfer_caused_wait_ms": 0.0}
     assert rep["matching"]["instances"] == 0 and rep["matching"]["unmatched_kernels"] == len(ref.comm) == 2 * 3
     assert rep["collectives"] == [] and rep["bandwidth"] == []
     assert rep["clock"] == {"method": "none", "reference_rank": 0, "offsets_us": {"0": 0.0}, "uncertainty_us": None,
