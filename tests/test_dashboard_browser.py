@@ -283,3 +283,25 @@ def test_hundreds_of_ranks_are_summarized(browser, tmp_path_factory):
             w.page.close()
         server.shutdown()
         thread.join(5)
+
+
+@pytest.mark.parametrize("name", ["pp_1f1b_mps_slow", "moe_a2a_slow"])
+def test_real_hybrid_captures_open_clean(browser, name):
+    # a real 1F1B pipeline (batched send/recv, pipeline view) and a real expert all-to-all (experts view)
+    a = analyze(load([ROOT / "sample_traces" / "real_parallel" / name], LoadOptions(cache=False)))
+    address, server, thread = serve(a)
+    try:
+        w = Watched(browser, address)
+        try:
+            said = w.page.locator("#verdict").inner_text()
+            for sentence in headline(a):
+                assert sentence in said
+            assert f"rank {a.verdict.rank}" in said
+            rows = w.page.evaluate(KPI_JS)
+            assert sorted(int(r["rank"]) for r in rows) == [0, 1, 2, 3]
+            w.assert_clean()
+        finally:
+            w.page.close()
+    finally:
+        server.shutdown()
+        thread.join(5)
