@@ -639,3 +639,23 @@ def test_a_rank_outside_every_collective_is_listed_with_zero_waits(tmp_path: Pat
             assert got[r]["caused_wait_ms"] == pytest.approx(t[r].caused_wait_ns / MS, abs=TOL)
             pct = 100.0 * t[r].last_arrivals / t[r].instances if t[r].instances else None
             assert got[r]["last_arrival_pct"] == (pytest.approx(pct, abs=TOL) if pct is not None else None)
+
+
+def test_point_to_point_pairs_are_listed_as_one_transfer(tmp_path: Path) -> None:
+    """A send/recv pair is one instance, listed as "send_recv", matched by the recorded peer, with the
+    generator's transfer, waits and last rank; the all-reduces keep their op and the metadata rule."""
+    sc = Scenario(ranks=2, steps=2, late_ranks={1: (200_000, "host")},
+                  collectives=(Collective("all_reduce", 16 << 20, 100_000),
+                               Collective("send", 2 << 20, 40_000, peers=(0, 1))))
+    c = _case(sc, tmp_path)
+    pairs = _match_collectives(c)
+    assert sorted(w.op for _, w in pairs) == ["all_reduce", "all_reduce", "send", "send"]
+    for got, want in pairs:
+        p2p = want.op == "send"
+        assert (got["op"], got["match_rule"], got["partial"]) == (
+            ("send_recv", "p2p_peer", False) if p2p else (want.op, "metadata", False))
+        assert (got["pg"], got["step"], got["bytes"], got["ranks"]) == (want.pg, want.step, want.bytes, sorted(want.ranks))
+        assert got["transfer_ms"] == pytest.approx(want.transfer_ns / MS, abs=TOL)
+        assert got["max_wait_ms"] == pytest.approx(max(want.wait_ns.values()) / MS, abs=TOL)
+        assert got["total_wait_ms"] == pytest.approx(sum(want.wait_ns.values()) / MS, abs=TOL)
+        assert got["last_rank"] == want.last_rank
