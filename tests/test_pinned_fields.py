@@ -659,3 +659,32 @@ def test_point_to_point_pairs_are_listed_as_one_transfer(tmp_path: Path) -> None
         assert got["max_wait_ms"] == pytest.approx(max(want.wait_ns.values()) / MS, abs=TOL)
         assert got["total_wait_ms"] == pytest.approx(sum(want.wait_ns.values()) / MS, abs=TOL)
         assert got["last_rank"] == want.last_rank
+
+
+def test_split_of_windows_that_cut_comm_kernels(tmp_path: Path) -> None:
+    """waits.exposed_split on windows that start and end in the middle of comm kernels (as host-side or
+    misplaced step markers do): only the part of each kernel inside the window counts. Brute force clips
+    every kernel to the window and splits it by the generator's wait / duration."""
+    import polars as pl
+
+    from analyzer.metrics import overlap, waits
+    from tests.helpers import run
+
+    sc = Scenario(ranks=3, steps=2, overlap=0.3, late_ranks={1: (300_000, "host")}, seed=7)
+    c = _case(sc, tmp_path)
+    a = run(tmp_path)
+    covs = overlap.coverages(a.traces.gpu)
+    rows, want = [], {}
+    for r, o in c.oracles.items():
+        comm = sorted(o.comm, key=lambda k: k.start_ns)
+        for key, (k1, k2) in enumerate(zip(comm, comm[1:], strict=False)):
+            lo, hi = (k1.start_ns + k1.end_ns) // 2, (k2.start_ns + k2.end_ns) // 2 + 1
+            exposed = oracle.breakdown(c.events[r], (lo, hi)).exposed_ns
+            rows.append({"rank": r, "key": key, "start_ns": lo, "end_ns": hi, "exposed_comm_ns": exposed})
+            want[r, key] = _exposed_split(c, r, (lo, hi), exposed)
+    windows = pl.DataFrame(rows, schema={"rank": pl.Int32, "key": pl.Int64, "start_ns": pl.Int64,
+                                         "end_ns": pl.Int64, "exposed_comm_ns": pl.Int64})
+    got = waits.exposed_split(a.kernels, covs, windows)
+    assert got.height == len(want) and sum(w > 0 for w, _ in want.values()) > 3
+    for r, key, wait, transfer in got.select("rank", "key", "exposed_wait_ns", "exposed_transfer_ns").iter_rows():
+        assert (wait, transfer) == pytest.approx(want[r, key], abs=1e-6), (r, key)
