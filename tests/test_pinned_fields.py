@@ -663,8 +663,9 @@ def test_point_to_point_pairs_are_listed_as_one_transfer(tmp_path: Path) -> None
 
 def test_split_of_windows_that_cut_comm_kernels(tmp_path: Path) -> None:
     """waits.exposed_split on windows that start and end in the middle of comm kernels (as host-side or
-    misplaced step markers do): only the part of each kernel inside the window counts. Brute force clips
-    every kernel to the window and splits it by the generator's wait / duration."""
+    misplaced step markers do), windows around a single kernel, and a window without comm: only the part of
+    each kernel inside a window counts. Brute force clips every kernel to the window and splits it by the
+    generator's wait / duration."""
     import polars as pl
 
     from analyzer.metrics import overlap, waits
@@ -677,8 +678,11 @@ def test_split_of_windows_that_cut_comm_kernels(tmp_path: Path) -> None:
     rows, want = [], {}
     for r, o in c.oracles.items():
         comm = sorted(o.comm, key=lambda k: k.start_ns)
-        for key, (k1, k2) in enumerate(zip(comm, comm[1:], strict=False)):
-            lo, hi = (k1.start_ns + k1.end_ns) // 2, (k2.start_ns + k2.end_ns) // 2 + 1
+        cuts = [((k1.start_ns + k1.end_ns) // 2, (k2.start_ns + k2.end_ns) // 2 + 1)
+                for k1, k2 in zip(comm, comm[1:], strict=False)]
+        alone = [(k.start_ns, k.end_ns) for k in comm]  # one kernel each
+        after = [(comm[-1].end_ns + 1_000, comm[-1].end_ns + 2_000)]  # no comm at all, last of the rank
+        for key, (lo, hi) in enumerate(cuts + alone + after):
             exposed = oracle.breakdown(c.events[r], (lo, hi)).exposed_ns
             rows.append({"rank": r, "key": key, "start_ns": lo, "end_ns": hi, "exposed_comm_ns": exposed})
             want[r, key] = _exposed_split(c, r, (lo, hi), exposed)
