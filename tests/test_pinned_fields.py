@@ -663,9 +663,9 @@ def test_point_to_point_pairs_are_listed_as_one_transfer(tmp_path: Path) -> None
 
 def test_split_of_windows_that_cut_comm_kernels(tmp_path: Path) -> None:
     """waits.exposed_split on windows that start and end in the middle of comm kernels (as host-side or
-    misplaced step markers do), windows around a single kernel, and a window without comm: only the part of
-    each kernel inside a window counts. Brute force clips every kernel to the window and splits it by the
-    generator's wait / duration."""
+    misplaced step markers do), around a single kernel, of 1 ns, and without comm: only the part of
+    each kernel inside a window counts, down to 1 ns windows. Brute force clips every kernel to the window
+    and splits it by the generator's wait / duration."""
     import polars as pl
 
     from analyzer.metrics import overlap, waits
@@ -675,20 +675,25 @@ def test_split_of_windows_that_cut_comm_kernels(tmp_path: Path) -> None:
     c = _case(sc, tmp_path)
     a = run(tmp_path)
     covs = overlap.coverages(a.traces.gpu)
-    rows, want = [], {}
+    rows, want, ones = [], {}, 0
     for r, o in c.oracles.items():
         comm = sorted(o.comm, key=lambda k: k.start_ns)
         cuts = [((k1.start_ns + k1.end_ns) // 2, (k2.start_ns + k2.end_ns) // 2 + 1)
                 for k1, k2 in zip(comm, comm[1:], strict=False)]
         alone = [(k.start_ns, k.end_ns) for k in comm]  # one kernel each
         after = [(comm[-1].end_ns + 1_000, comm[-1].end_ns + 2_000)]  # no comm at all, last of the rank
-        for key, (lo, hi) in enumerate(cuts + alone + after):
+        # 1 ns windows inside a waiting kernel's exposed part: a 1 ns piece, total and exposed
+        waits_of = _kernel_wait(c, r)
+        tiny = [(t, t + 1) for k in comm if waits_of[k.start_ns] > 0 for t in range(k.start_ns, k.end_ns, 997)
+                if oracle.breakdown(c.events[r], (t, t + 1)).exposed_ns == 1][:3]
+        ones += len(tiny)
+        for key, (lo, hi) in enumerate(cuts + alone + tiny + after):
             exposed = oracle.breakdown(c.events[r], (lo, hi)).exposed_ns
             rows.append({"rank": r, "key": key, "start_ns": lo, "end_ns": hi, "exposed_comm_ns": exposed})
             want[r, key] = _exposed_split(c, r, (lo, hi), exposed)
     windows = pl.DataFrame(rows, schema={"rank": pl.Int32, "key": pl.Int64, "start_ns": pl.Int64,
                                          "end_ns": pl.Int64, "exposed_comm_ns": pl.Int64})
     got = waits.exposed_split(a.kernels, covs, windows)
-    assert got.height == len(want) and sum(w > 0 for w, _ in want.values()) > 3
+    assert got.height == len(want) and sum(w > 0 for w, _ in want.values()) > 3 and ones > 3
     for r, key, wait, transfer in got.select("rank", "key", "exposed_wait_ns", "exposed_transfer_ns").iter_rows():
         assert (wait, transfer) == pytest.approx(want[r, key], abs=1e-6), (r, key)
