@@ -640,3 +640,61 @@ def test_a_rank_outside_every_collective_is_listed_with_zero_waits(tmp_path: Pat
             assert got[r]["caused_wait_ms"] == pytest.approx(t[r].caused_wait_ns / MS, abs=TOL)
             pct = 100.0 * t[r].last_arrivals / t[r].instances if t[r].instances else None
             assert got[r]["last_arrival_pct"] == (pytest.approx(pct, abs=TOL) if pct is not None else None)
+
+
+def test_point_to_point_pairs_are_listed_as_one_transfer(tmp_path: Path) -> None:
+    """A send/recv pair is one instance, listed as "send_recv", matched by the recorded peer, with the
+    generator's transfer, waits and last rank; the all-reduces keep their op and the metadata rule."""
+    sc = Scenario(ranks=2, steps=2, late_ranks={1: (200_000, "host")},
+                  collectives=(Collective("all_reduce", 16 << 20, 100_000),
+                               Collective("send", 2 << 20, 40_000, peers=(0, 1))))
+    c = _case(sc, tmp_path)
+    pairs = _match_collectives(c)
+    assert sorted(w.op for _, w in pairs) == ["all_reduce", "all_reduce", "send", "send"]
+    for got, want in pairs:
+        p2p = want.op == "send"
+        assert (got["op"], got["match_rule"], got["partial"]) == (
+            ("send_recv", "p2p_peer", False) if p2p else (want.op, "metadata", False))
+        assert (got["pg"], got["step"], got["bytes"], got["ranks"]) == (want.pg, want.step, want.bytes, sorted(want.ranks))
+        assert got["transfer_ms"] == pytest.approx(want.transfer_ns / MS, abs=TOL)
+        assert got["max_wait_ms"] == pytest.approx(max(want.wait_ns.values()) / MS, abs=TOL)
+        assert got["total_wait_ms"] == pytest.approx(sum(want.wait_ns.values()) / MS, abs=TOL)
+        assert got["last_rank"] == want.last_rank
+
+
+def test_split_of_windows_that_cut_comm_kernels(tmp_path: Path) -> None:
+    """waits.exposed_split on windows that start and end in the middle of comm kernels (as host-side or
+    misplaced step markers do), around a single kernel, of 1 ns, and without comm: only the part of
+    each kernel inside a window counts, down to 1 ns windows. Brute force clips every kernel to the window
+    and splits it by the generator's wait / duration."""
+    import polars as pl
+
+    from analyzer.metrics import overlap, waits
+    from tests.helpers import run
+
+    sc = Scenario(ranks=3, steps=2, overlap=0.3, late_ranks={1: (300_000, "host")}, seed=7)
+    c = _case(sc, tmp_path)
+    a = run(tmp_path)
+    covs = overlap.coverages(a.traces.gpu)
+    rows, want, ones = [], {}, 0
+    for r, o in c.oracles.items():
+        comm = sorted(o.comm, key=lambda k: k.start_ns)
+        cuts = [((k1.start_ns + k1.end_ns) // 2, (k2.start_ns + k2.end_ns) // 2 + 1)
+                for k1, k2 in zip(comm, comm[1:], strict=False)]
+        alone = [(k.start_ns, k.end_ns) for k in comm]  # one kernel each
+        after = [(comm[-1].end_ns + 1_000, comm[-1].end_ns + 2_000)]  # no comm at all, last of the rank
+        # 1 ns windows inside a waiting kernel's exposed part: a 1 ns piece, total and exposed
+        waits_of = _kernel_wait(c, r)
+        tiny = [(t, t + 1) for k in comm if waits_of[k.start_ns] > 0 for t in range(k.start_ns, k.end_ns, 997)
+                if oracle.breakdown(c.events[r], (t, t + 1)).exposed_ns == 1][:3]
+        ones += len(tiny)
+        for key, (lo, hi) in enumerate(cuts + alone + tiny + after):
+            exposed = oracle.breakdown(c.events[r], (lo, hi)).exposed_ns
+            rows.append({"rank": r, "key": key, "start_ns": lo, "end_ns": hi, "exposed_comm_ns": exposed})
+            want[r, key] = _exposed_split(c, r, (lo, hi), exposed)
+    windows = pl.DataFrame(rows, schema={"rank": pl.Int32, "key": pl.Int64, "start_ns": pl.Int64,
+                                         "end_ns": pl.Int64, "exposed_comm_ns": pl.Int64})
+    got = waits.exposed_split(a.kernels, covs, windows)
+    assert got.height == len(want) and sum(w > 0 for w, _ in want.values()) > 3 and ones > 3
+    for r, key, wait, transfer in got.select("rank", "key", "exposed_wait_ns", "exposed_transfer_ns").iter_rows():
+        assert (wait, transfer) == pytest.approx(want[r, key], abs=1e-6), (r, key)

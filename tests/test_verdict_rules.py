@@ -259,3 +259,8 @@ def test_a_second_roots_step_test_counts_the_causers_not_yet_named() -> None:
     assert (first.rank, second.rank, second.steps_last, second.steps_seen) == (0, 1, 3, 4)
     p = 4 * 0.2 ** 3 * 0.8 + 0.2 ** 4
     assert second.confidence == pytest.approx(1 - p, abs=1e-12)
+
+
+def test_a_background_of_one_nanosecond_per_peer_is_still_a_background() -> None:
+    (v,) = _roots([(1, 0, 300 * K), (1, 1, 2)], COMM)  # rank 1 keeps 2 peers waiting 1 ns each
+    assert (v.rank, v.effect) == (0, 150_000.0)
