@@ -16,8 +16,8 @@ from tests.helpers import run
 
 ROOT = Path(__file__).resolve().parents[1] / "sample_traces" / "real_parallel"
 SETS = sorted(p.name for p in ROOT.iterdir() if (p / "ground_truth.json").exists()) if ROOT.exists() else []
-# 8 ranks time-sliced on one GPU (no MPS): the GPU runs the TP groups' work in turn every step, so ranks 6
-# and 7 are really late in every step (their kernels start ~19 ms after ranks 0 and 1); see the README there
+# 8 ranks time-sliced on one GPU (no MPS): the GPU runs their work in the same round-robin order every step,
+# so rank 7 is really last in every step (its first kernel starts 30.4 ms after rank 0's); see the README there
 ARTEFACT = {"tp_dp_balanced"}
 
 
