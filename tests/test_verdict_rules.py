@@ -264,3 +264,18 @@ def test_a_second_roots_step_test_counts_the_causers_not_yet_named() -> None:
 def test_a_background_of_one_nanosecond_per_peer_is_still_a_background() -> None:
     (v,) = _roots([(1, 0, 300 * K), (1, 1, 2)], COMM)  # rank 1 keeps 2 peers waiting 1 ns each
     assert (v.rank, v.effect) == (0, 150_000.0)
+
+
+def test_a_dominant_share_still_takes_the_strongest_evidence() -> None:
+    """With a share of exactly 0.8 the confidence is 1 - the smallest of the step p-value, the instance p-value
+    and 1 - share: here the step test ((1/3)^3, 3 steps, 3 causers), then the instance p-value (0.001)."""
+    inst = [(1, 0, 300 * K), (2, 0, 300 * K), (3, 0, 300 * K), (1, 1, 75 * K), (2, 2, 75 * K), (3, 2, 75 * K)]
+    (v,) = _roots(inst, COMM)
+    assert v.rank == 0 and v.confidence == pytest.approx(1 - (1 / 3) ** 3, abs=1e-12)
+    (v,) = _roots([(1, 0, 200 * K), (1, 1, 50 * K), (2, 0, 200 * K), (2, 1, 50 * K)], COMM, p_values={0: 0.001})
+    assert v.rank == 0 and v.confidence == pytest.approx(0.999, abs=1e-12)
+
+
+def test_others_communication_of_one_nanosecond_still_counts() -> None:
+    (v,) = _roots([(1, 0, 1)], {0: 1.0, 1: 0.5, 2: 0.5})  # 1 ns of wait inside 1 ns of the others' comm
+    assert v.rank == 0
