@@ -18,8 +18,8 @@ OVERLAP, WAITS = "analyzer/metrics/overlap.py", "analyzer/metrics/waits.py"
 END_SKEW = '(pl.col("a_end_ns").max() - pl.col("a_end_ns").min()).alias("end_skew_ns")'
 BUGS = {
     "1 exposed = comm (overlap ignored)": (OVERLAP, '"exposed_comm_ns": comm - overlapped', '"exposed_comm_ns": comm'),
-    "2 exposed wait and transfer swapped": (WAITS, "out.append((rank, key, ew, exposed - ew))",
-                                            "out.append((rank, key, exposed - ew, ew))"),
+    "2 exposed wait and transfer swapped": (WAITS, '"exposed_wait_ns": ew, "exposed_transfer_ns": transfer',
+                                            '"exposed_wait_ns": transfer, "exposed_transfer_ns": ew'),
     "3a max_wait as min": (WAITS, 'pl.col("wait_ns").max().alias("max_wait_ns")',
                            'pl.col("wait_ns").min().alias("max_wait_ns")'),
     "3b total_wait as max": (WAITS, 'pl.col("wait_ns").sum().alias("total_wait_ns")',
