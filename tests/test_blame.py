@@ -9,8 +9,10 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+import polars as pl
 import pytest
 
+from analyzer.metrics.blame import root_cause
 from analyzer.report.json import to_dict
 from sample_traces.generate import Collective, Scenario, build, default_groups, write_kineto
 from tests.helpers import run
@@ -182,8 +184,6 @@ def _rows(kernels: list[tuple[str, int, int, int, int]]):
 def test_a_last_arriver_held_nowhere_passes_nothing_back() -> None:
     """B is rank 2's first collective: it was held nowhere before, so none of B's 60 ns is propagated, even
     though its peer rank 1 was released from A (where rank 1 itself waited 0). Instances of 1 ns count too."""
-    from analyzer.metrics.blame import root_cause
-
     rows = _rows([("A", 0, 0, 100, 50), ("A", 1, 50, 100, 0),
                   ("B", 1, 200, 300, 60), ("B", 2, 260, 300, 0),
                   ("C", 0, 400, 450, 1), ("C", 1, 401, 450, 0),
@@ -193,3 +193,49 @@ def test_a_last_arriver_held_nowhere_passes_nothing_back() -> None:
     # min(w = 1, 60 - 50) = 1 ns propagated, to B's root (rank 2). D: rank 2 was held 0 in B, rank 0 1 in C:
     # nothing propagated, rank 2's own 1 ns.
     assert got == {0: (0.0, 0.0), 1: (50.0, 1.0), 2: (62.0, 0.0)}
+
+
+def _rows(kernels: list[tuple[int, str, int, int, int, int, str]]) -> pl.DataFrame:
+    """Hand-built matched comm kernels: (rank, instance, start, end, wait, last rank, group ranks)."""
+    return pl.DataFrame(
+        {"rank": [k[0] for k in kernels], "instance": [k[1] for k in kernels], "start_ns": [k[2] for k in kernels],
+         "end_ns": [k[3] for k in kernels], "wait_ns": [k[4] for k in kernels], "last_rank": [k[5] for k in kernels],
+         "step": [1] * len(kernels), "pg": [k[1][0] for k in kernels], "group_ranks": [k[6] for k in kernels]},
+        schema_overrides={"rank": pl.Int32},
+    )
+
+
+@pytest.mark.parametrize(("extra", "own"), [(0, 0), (20, 20)])
+def test_lateness_from_a_longer_transfer_is_nobodys_root(extra: int, own: int) -> None:
+    # W0 {0,1,2} syncs everyone at 0-10; rank 0 then spends 50 ns moving data with rank 2 (X, no waits)
+    # while rank 1 computes nothing; at W1 {0,1} rank 1 waits for rank 0: 50 ns of that is X's transfer,
+    # the rest (``extra`` ns of rank 0's own compute after X) is rank 0's own
+    w1_start0 = 80 + extra
+    rows = _rows([
+        (0, "W0", 0, 10, 0, 2, "0,1,2"), (1, "W0", 0, 10, 0, 2, "0,1,2"), (2, "W0", 0, 10, 0, 2, "0,1,2"),
+        (0, "X1", 20, 70, 0, 2, "0,2"), (2, "X1", 20, 70, 0, 2, "0,2"),
+        (1, "W1", 30, w1_start0 + 10, w1_start0 - 30, 0, "0,1"), (0, "W1", w1_start0, w1_start0 + 10, 0, 0, "0,1"),
+    ])
+    b = root_cause(rows, [0, 1, 2])
+    w1 = b.instances.filter(b.instances["instance"] == "W1").row(0, named=True)
+    assert (w1["caused_ns"], w1["transfer_ns"], w1["own_ns"], w1["propagated_ns"]) == (50 + extra, 50, own, 0)
+    assert b.transfer_caused_ns == 50
+    roots = dict(b.ranks.select("rank", "root_caused_wait_ns").iter_rows())
+    assert roots == {0: own, 1: 0, 2: 0}
+
+
+def test_a_hold_since_the_last_shared_collective_is_passed_back() -> None:
+    # rank 0 is held 40 ns in Y {0,2} (rank 2 late), then runs Z {0,2} in lockstep; at W1 {0,1} rank 1 waits
+    # 40 ns for rank 0: the hold two collectives back (not the one just before) is rank 2's
+    rows = _rows([
+        (0, "W0", 0, 10, 0, 2, "0,1,2"), (1, "W0", 0, 10, 0, 2, "0,1,2"), (2, "W0", 0, 10, 0, 2, "0,1,2"),
+        (0, "Y1", 20, 70, 40, 2, "0,2"), (2, "Y1", 60, 70, 0, 2, "0,2"),
+        (0, "Z1", 80, 90, 0, 2, "0,2"), (2, "Z1", 80, 90, 0, 2, "0,2"),
+        (1, "W1", 60, 110, 40, 0, "0,1"), (0, "W1", 100, 110, 0, 0, "0,1"),
+    ])
+    b = root_cause(rows, [0, 1, 2])
+    w1 = b.instances.filter(b.instances["instance"] == "W1").row(0, named=True)
+    assert (w1["propagated_ns"], w1["own_ns"], w1["transfer_ns"], w1["parent"]) == (40, 0, 0, "Y1")
+    roots = dict(b.ranks.select("rank", "root_caused_wait_ns").iter_rows())
+    assert roots == {0: 0, 1: 0, 2: 80}  # Y's own 40 and W1's 40 passed back
+    assert b.transfer_caused_ns == 0
