@@ -195,7 +195,7 @@ def test_a_last_arriver_held_nowhere_passes_nothing_back() -> None:
     assert got == {0: (0.0, 0.0), 1: (50.0, 1.0), 2: (62.0, 0.0)}
 
 
-def _rows(kernels: list[tuple[int, str, int, int, int, int, str]]) -> pl.DataFrame:
+def _kernels(kernels: list[tuple[int, str, int, int, int, int, str]]) -> pl.DataFrame:
     """Hand-built matched comm kernels: (rank, instance, start, end, wait, last rank, group ranks)."""
     return pl.DataFrame(
         {"rank": [k[0] for k in kernels], "instance": [k[1] for k in kernels], "start_ns": [k[2] for k in kernels],
@@ -211,7 +211,7 @@ def test_lateness_from_a_longer_transfer_is_nobodys_root(extra: int, own: int) -
     # while rank 1 computes nothing; at W1 {0,1} rank 1 waits for rank 0: 50 ns of that is X's transfer,
     # the rest (``extra`` ns of rank 0's own compute after X) is rank 0's own
     w1_start0 = 80 + extra
-    rows = _rows([
+    rows = _kernels([
         (0, "W0", 0, 10, 0, 2, "0,1,2"), (1, "W0", 0, 10, 0, 2, "0,1,2"), (2, "W0", 0, 10, 0, 2, "0,1,2"),
         (0, "X1", 20, 70, 0, 2, "0,2"), (2, "X1", 20, 70, 0, 2, "0,2"),
         (1, "W1", 30, w1_start0 + 10, w1_start0 - 30, 0, "0,1"), (0, "W1", w1_start0, w1_start0 + 10, 0, 0, "0,1"),
@@ -227,7 +227,7 @@ def test_lateness_from_a_longer_transfer_is_nobodys_root(extra: int, own: int) -
 def test_a_hold_since_the_last_shared_collective_is_passed_back() -> None:
     # rank 0 is held 40 ns in Y {0,2} (rank 2 late), then runs Z {0,2} in lockstep; at W1 {0,1} rank 1 waits
     # 40 ns for rank 0: the hold two collectives back (not the one just before) is rank 2's
-    rows = _rows([
+    rows = _kernels([
         (0, "W0", 0, 10, 0, 2, "0,1,2"), (1, "W0", 0, 10, 0, 2, "0,1,2"), (2, "W0", 0, 10, 0, 2, "0,1,2"),
         (0, "Y1", 20, 70, 40, 2, "0,2"), (2, "Y1", 60, 70, 0, 2, "0,2"),
         (0, "Z1", 80, 90, 0, 2, "0,2"), (2, "Z1", 80, 90, 0, 2, "0,2"),
