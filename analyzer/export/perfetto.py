@@ -98,14 +98,21 @@ def meta_lines(a: Analysis) -> list[str]:
 
 
 def _meta(k: str, v: object) -> ChromeMetadata:
-    m = ChromeMetadata(name=k)
+    return _set_value(ChromeMetadata(name=k), v)
+
+
+def _set_value(msg, v: object):  # noqa: ANN001 - any proto with bool/int/string (and maybe double) value fields
+    """Store ``v`` in the typed value field of a metadata entry or debug annotation; floats where the
+    message has a double field, else as text (ChromeMetadata has none)."""
     if isinstance(v, bool):
-        m.bool_value = v
+        msg.bool_value = v
     elif isinstance(v, int):
-        m.int_value = v
+        msg.int_value = v
+    elif isinstance(v, float) and "double_value" in type(msg).DESCRIPTOR.fields_by_name:
+        msg.double_value = v
     else:
-        m.string_value = str(v)
-    return m
+        msg.string_value = str(v)
+    return msg
 
 
 def _rank(out: _Out, a: Analysis, t: RankTables, shift: int) -> None:
@@ -177,14 +184,7 @@ def _rank(out: _Out, a: Analysis, t: RankTables, shift: int) -> None:
                 continue
             ann = te.debug_annotations.add()
             ann.name_iid = k + 1
-            if isinstance(v, bool):
-                ann.bool_value = v
-            elif isinstance(v, int):
-                ann.int_value = v
-            elif isinstance(v, float):
-                ann.double_value = v
-            else:
-                ann.string_value = str(v)
+            _set_value(ann, v)
 
 
 def _events(t: RankTables, shift: int) -> pl.DataFrame:
