@@ -37,10 +37,31 @@ OP, ARR, END = 0, 1, 2
 
 @dataclass(frozen=True)
 class Schedule:
-    waves: tuple[np.ndarray, ...]  # event indices processed together
-    ev_node: np.ndarray
-    ev_type: np.ndarray
+    """The wave order of every event, laid out for the replay loop (structure only; shared by scenarios).
+
+    Start events (an operation's start, or a matched kernel's arrival) and end events (a matched kernel's
+    end) are each stored in wave order, so a wave's events are one contiguous slice of each array: the loop
+    reads views, not fancy-indexed copies. Arrivals are also stored grouped by (wave, instance), so each
+    wave updates an instance's latest arrival once (``maximum.reduceat``) instead of with ``maximum.at``.
+    """
+
+    n_waves: int
     forced: int  # kernel ends processed before all participants arrived (inconsistent matches)
+    s_off: np.ndarray  # (waves+1) start-event slice of each wave
+    x_s: np.ndarray  # node of each start event
+    rb: np.ndarray  # root of its binding predecessor (n: none, reads 0)
+    bpx: np.ndarray  # its binding predecessor (n: none)
+    rs: np.ndarray  # root of its stream predecessor (n+1: none, reads -inf)
+    spx: np.ndarray  # its stream predecessor (n+1: none)
+    a_off: np.ndarray  # (waves+1) slice of arrivals, grouped by (wave, instance)
+    a_pos: np.ndarray  # start-event position of each arrival
+    g_off: np.ndarray  # (waves+1) slice of instance groups
+    g_first: np.ndarray  # each group's first arrival, relative to its wave's first arrival
+    g_inst: np.ndarray  # each group's instance
+    e_off: np.ndarray  # (waves+1) end-event slice of each wave
+    x_e: np.ndarray  # node of each end event
+    e_inst: np.ndarray  # its instance
+    e_pos: np.ndarray  # start-event position of its node
 
 
 @dataclass
@@ -102,8 +123,8 @@ class Arrays:
                    simple=simple, root=root, chain_order=order, chain_first=chain_first)
 
 
-def schedule(a: Arrays) -> Schedule:
-    """The wave order of every event (structure only; shared by all scenarios)."""
+def _waves(a: Arrays) -> tuple[list[np.ndarray], np.ndarray, np.ndarray, int]:
+    """Greedy waves: each rank's next event, in its time order; a matched kernel's end once all arrived."""
     matched = a.inst >= 0
     lead = np.flatnonzero(~a.simple)  # simple operations follow their chain's root: no event of their own
     node = np.concatenate([lead, np.flatnonzero(matched)])
@@ -113,75 +134,117 @@ def schedule(a: Arrays) -> Schedule:
     sub = np.where(typ == END, 0, 1)
     order = np.lexsort((node, sub, t, a.rank[node]))
     ev_node, ev_type = node[order], typ[order]
-    ev_rank = a.rank[ev_node]
     if ev_node.size == 0:
-        return Schedule((), ev_node, ev_type, 0)
-    ranks, first = np.unique(ev_rank, return_index=True)
+        return [], ev_node, ev_type, 0
+    ev_rank = a.rank[ev_node]
+    _, first = np.unique(ev_rank, return_index=True)
     last = np.append(first[1:], ev_rank.size)
-    ptr = first.copy()
+    is_end = ev_type == END
+    end_inst = np.where(is_end, a.inst[ev_node], 0)
+    arr_inst = np.where(ev_type == ARR, a.inst[ev_node], -1)
     count = np.zeros(max(a.n_instances, 1), dtype=np.int64)
-    need = np.append(a.n_inst, 0) if a.n_instances == 0 else a.n_inst
+    need = a.n_inst if a.n_instances else np.zeros(1, dtype=np.int64)
     waves: list[np.ndarray] = []
     forced = 0
-    live = ptr < last
-    while live.any():
-        idx = ptr[live]
-        is_end = ev_type[idx] == END
-        inst = a.inst[ev_node[idx]]
-        ready = ~is_end | (count[np.where(is_end, inst, 0)] >= need[np.where(is_end, inst, 0)])
-        if not ready.any():  # inconsistent matching: release the blocked ends with what has arrived
-            ready = is_end
-            forced += int(is_end.sum())
-        sel = idx[ready]
+    ptr, stop = first.copy(), last  # live ranks only: a finished rank is dropped
+    while ptr.size:
+        e = end_inst[ptr]
+        ready = ~is_end[ptr] | (count[e] >= need[e])
+        if not ready.all():
+            if not ready.any():  # inconsistent matching: release the blocked ends with what has arrived
+                ready = is_end[ptr]
+                forced += int(ready.sum())
+            sel = ptr[ready]
+        else:
+            sel = ptr
         waves.append(sel)
-        arr = sel[ev_type[sel] == ARR]
-        np.add.at(count, a.inst[ev_node[arr]], 1)
-        live_pos = np.flatnonzero(live)
-        ptr[live_pos[ready]] += 1
-        live = ptr < last
-    return Schedule(tuple(waves), ev_node, ev_type, forced)
+        ai = arr_inst[sel]
+        np.add.at(count, ai[ai >= 0], 1)
+        ptr = ptr + ready
+        alive = ptr < stop
+        if not alive.all():
+            ptr, stop = ptr[alive], stop[alive]
+    return waves, ev_node, ev_type, forced
+
+
+def schedule(a: Arrays) -> Schedule:
+    """The wave order of every event and its layout for :func:`run` (structure only; shared by all scenarios)."""
+    waves, ev_node, ev_type, forced = _waves(a)
+    n, nw = a.rank.size, len(waves)
+    ev = np.concatenate(waves) if waves else np.zeros(0, dtype=np.int64)
+    wave = np.repeat(np.arange(nw), [w.size for w in waves]) if waves else ev
+    end = ev_type[ev] == END
+    x_s, w_s, x_e, w_e = ev_node[ev[~end]], wave[~end], ev_node[ev[end]], wave[end]
+    bp, sp = a.bind_pred[x_s], a.stream_pred[x_s]
+    pos = np.full(n, -1, dtype=np.int64)
+    pos[x_s] = np.arange(x_s.size)
+    # arrivals grouped by (wave, instance): one reduceat per wave
+    a_pos = np.flatnonzero(a.inst[x_s] >= 0)
+    a_inst, a_w = a.inst[x_s[a_pos]], w_s[a_pos]
+    o = np.lexsort((a_inst, a_w))
+    a_pos, a_inst, a_w = a_pos[o], a_inst[o], a_w[o]
+    new = np.r_[True, (a_inst[1:] != a_inst[:-1]) | (a_w[1:] != a_w[:-1])] if a_pos.size else np.zeros(0, bool)
+    g_at = np.flatnonzero(new)
+    a_off = np.searchsorted(a_w, np.arange(nw + 1))
+    g_w = a_w[g_at]
+    return Schedule(
+        n_waves=nw, forced=forced, s_off=np.searchsorted(w_s, np.arange(nw + 1)), x_s=x_s,
+        rb=np.where(bp >= 0, a.root[np.maximum(bp, 0)], n), bpx=np.where(bp >= 0, bp, n),
+        rs=np.where(sp >= 0, a.root[np.maximum(sp, 0)], n + 1), spx=np.where(sp >= 0, sp, n + 1),
+        a_off=a_off, a_pos=a_pos, g_off=np.searchsorted(g_w, np.arange(nw + 1)),
+        g_first=g_at - a_off[g_w], g_inst=a_inst[g_at],
+        e_off=np.searchsorted(w_e, np.arange(nw + 1)), x_e=x_e, e_inst=a.inst[x_e], e_pos=pos[x_e])
 
 
 def run(a: Arrays, sch: Schedule, mods: Mods) -> tuple[np.ndarray, np.ndarray]:
     """Δs, Δe (S, nodes) of every operation under each scenario row of ``mods``."""
     s, n = mods.ddur.shape
-    ds = np.zeros((s, n))
-    de = np.zeros((s, n))
-    imax = np.full((s, max(a.n_instances, 1)), -np.inf)
-    rows = np.arange(s)[:, None]
-    bp_ok, sp_ok = a.bind_pred >= 0, a.stream_pred >= 0
-    bp, sp = np.maximum(a.bind_pred, 0), np.maximum(a.stream_pred, 0)
     # along a chain Δe grows by each member's (gap change, at least −gap) + duration change: a prefix sum
     step = np.where(a.simple, np.maximum(mods.dgap, -a.slack) + mods.ddur, 0.0)
     cs = np.cumsum(step[:, a.chain_order], axis=1)
     chain = np.empty_like(cs)
     chain[:, a.chain_order] = cs - cs[:, a.chain_first]
-    root = a.root
-
-    def end_of(y: np.ndarray) -> np.ndarray:
-        return de[:, root[y]] + chain[:, y]
-
-    for w in sch.waves:
-        nd, ty = sch.ev_node[w], sch.ev_type[w]
-        st = nd[ty != END]
-        if st.size:
-            base = np.where(bp_ok[st], end_of(bp[st]), 0.0) + mods.dgap[:, st]
-            stream = np.where(sp_ok[st], end_of(sp[st]) - a.slack[st], -np.inf)
-            ds[:, st] = np.maximum(base, stream)
-            tst = ty[ty != END]
-            op = st[tst == OP]
-            de[:, op] = ds[:, op] + mods.ddur[:, op]
-            arr = st[tst == ARR]
-            if arr.size:
-                np.maximum.at(imax, (rows, a.inst[arr][None, :]), ds[:, arr] - a.wait[arr])
-        en = nd[ty == END]
-        if en.size:
-            i = a.inst[en]
-            done = imax[:, i] + mods.dtr[:, i]
-            de[:, en] = np.where(mods.hide[:, en], ds[:, en] - a.dur[en], done)
-    de = de[:, root] + chain
-    ds = np.where(a.simple, de - mods.ddur, ds)
-    return ds, de
+    # node-major (rows = nodes) so a wave gathers whole rows; rows n, n+1: "no predecessor" (0, -inf)
+    de = np.zeros((n + 2, s))
+    de[n + 1] = -np.inf
+    chain_t = np.zeros((n + 2, s))
+    chain_t[:n] = chain.T
+    x = sch.x_s
+    cb, cs_ = chain_t[sch.bpx], chain_t[sch.spx]  # per start event, in wave order
+    dgap, ddur = mods.dgap.T[x], mods.ddur.T[x]
+    slack = a.slack[x].astype(np.float64)[:, None]
+    dstart = np.zeros((x.size, s))
+    imax = np.full((max(a.n_instances, 1), s), -np.inf)
+    wait = a.wait[x].astype(np.float64)[:, None]
+    hide, dur = mods.hide.T[sch.x_e], a.dur[sch.x_e].astype(np.float64)[:, None]
+    dtr = mods.dtr.T[sch.e_inst]
+    # Python ints: indexing a numpy offset array per wave would cost more than the slices it bounds
+    s_off, a_off, g_off, e_off = sch.s_off.tolist(), sch.a_off.tolist(), sch.g_off.tolist(), sch.e_off.tolist()
+    rb, rs, xe, ei, ep, ap, gf, gi = sch.rb, sch.rs, sch.x_e, sch.e_inst, sch.e_pos, sch.a_pos, sch.g_first, sch.g_inst
+    for k in range(sch.n_waves):
+        lo, hi = s_off[k], s_off[k + 1]
+        if hi > lo:
+            # the same association as the definition: (end of predecessor) + gap change; (end) − slack
+            v = np.maximum((de[rb[lo:hi]] + cb[lo:hi]) + dgap[lo:hi], (de[rs[lo:hi]] + cs_[lo:hi]) - slack[lo:hi])
+            dstart[lo:hi] = v
+            de[x[lo:hi]] = v + ddur[lo:hi]  # a matched kernel's end is set again at its end event
+            al, ah = a_off[k], a_off[k + 1]
+            if ah > al:
+                p = ap[al:ah]
+                vals = dstart[p] - wait[p]  # arrival − measured wait
+                gl, gh = g_off[k], g_off[k + 1]
+                if gh - gl < ah - al:
+                    vals = np.maximum.reduceat(vals, gf[gl:gh], axis=0)
+                i = gi[gl:gh]
+                imax[i] = np.maximum(imax[i], vals)
+        lo, hi = e_off[k], e_off[k + 1]
+        if hi > lo:
+            de[xe[lo:hi]] = np.where(hide[lo:hi], dstart[ep[lo:hi]] - dur[lo:hi], imax[ei[lo:hi]] + dtr[lo:hi])
+    ds = np.zeros((s, n))
+    ds[:, x] = dstart.T
+    de_out = de[:n].T[:, a.root] + chain
+    ds = np.where(a.simple, de_out - mods.ddur, ds)
+    return ds, de_out
 
 
 @dataclass(frozen=True)
