@@ -77,6 +77,8 @@ def main() -> None:
     t = time.perf_counter()
     a = analyze(load([args.path], LoadOptions()))
     print(json.dumps({"ranks": len(a.source["ranks"]), "analysis_s": round(time.perf_counter() - t, 3)}), flush=True)
+    if args.rank not in a.ranks["rank"].to_list():  # the click would wait for a cell that is not there
+        ap.error(f"--rank {args.rank} is not a rank of {args.path}")
     runs = []
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)

@@ -38,11 +38,9 @@ HEATMAP_METRICS = {
 }
 TIMELINE_BUDGET = 60_000  # segments in one timeline figure, all lanes and kinds together
 HOVER_LIMIT = 4_000  # segments up to which the timeline carries per-segment hover text
-GL_POINTS = 40_000  # above this many points a trace goes WebGL; below, SVG draws faster (no GL context per figure)
-
-
-def _scatter(n_points: int, **kw) -> go.Scatter | go.Scattergl:
-    return go.Scattergl(**kw) if n_points > GL_POINTS else go.Scatter(**kw)
+# The page ships plotly.js's cartesian bundle (assets/), which has no WebGL traces: every figure is SVG, so a
+# marker figure draws at most this many points (a line is one SVG path whatever its length).
+MARKER_LIMIT = 20_000
 _MARGIN = {"l": 60, "r": 20, "t": 40, "b": 40}
 
 
@@ -150,8 +148,8 @@ def timeline_figure(a: Analysis, ranks: Sequence[int] | None = None, window_ms: 
     fig = go.Figure()
     ext_idx = np.arange(len(lanes), dtype=float)
     xs, ys = _lines(extent["start_ns"].to_numpy() / 1e6, extent["end_ns"].to_numpy() / 1e6, ext_idx)
-    fig.add_trace(_scatter(len(xs), x=xs, y=ys, mode="lines", name="idle", hoverinfo="skip",
-                               line={"color": COLORS["idle"], "width": lane_px - 6}))
+    fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name="idle", hoverinfo="skip",
+                             line={"color": COLORS["idle"], "width": lane_px - 6}))
     groups = segs["group"].to_numpy()
     hover = segs.height <= HOVER_LIMIT  # hover text dominates the payload; big views show time and kind only
     for kind in tl.KIND_ORDER:
@@ -161,8 +159,8 @@ def timeline_figure(a: Analysis, ranks: Sequence[int] | None = None, window_ms: 
         part = segs.filter(pl.Series(mask))
         xs, ys = _lines(part["start_ns"].to_numpy() / 1e6, part["end_ns"].to_numpy() / 1e6,
                         lane_idx[mask] + shift.get(kind, 0.0) * whole[lane_idx[mask].astype(int)])
-        trace = _scatter(3 * segs.height, x=xs, y=ys, mode="lines", name=kind, line={"color": COLORS[kind], "width": width},
-                             connectgaps=False, hoverinfo="x+name")
+        trace = go.Scatter(x=xs, y=ys, mode="lines", name=kind, line={"color": COLORS[kind], "width": width},
+                           connectgaps=False, hoverinfo="x+name")
         if hover:
             text = np.full(3 * part.height, "", dtype=object)
             text[0::3] = [
@@ -200,6 +198,9 @@ def wait_figure(a: Analysis, ranks: Sequence[int] | None = None) -> go.Figure:
         c = c.filter(pl.col("ranks").list.eval(pl.element().is_in(list(ranks))).list.any())
     if c.height == 0:
         return _empty("Waits per collective", "no matched collectives")
+    total = c.height
+    if total > MARKER_LIMIT:  # the instances that waited longest are the ones worth a point
+        c = c.sort("max_wait_ms", "arrival_skew_ms", descending=True, nulls_last=True).head(MARKER_LIMIT)
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08,
                         subplot_titles=("longest wait per instance (ms)", "arrival skew (ms, aligned clocks)"))
     c = c.with_columns((pl.col("start_ms") - tl.prepare(a).origin_ns / 1e6).alias("_x"))
@@ -210,13 +211,15 @@ def wait_figure(a: Analysis, ranks: Sequence[int] | None = None) -> go.Figure:
         hover = ("%{customdata[0]}/%{customdata[1]} " + op + "<br>last rank %{customdata[2]}, step %{customdata[3]}"
                  "<br>%{y:,.3f} ms<extra></extra>")
         color = palette[i % len(palette)]
-        fig.add_trace(_scatter(c.height, x=part["_x"].to_list(), y=part["max_wait_ms"].to_list(), mode="markers", name=op,
-                                   legendgroup=op, marker_color=color, customdata=custom, hovertemplate=hover),
+        fig.add_trace(go.Scatter(x=part["_x"].to_list(), y=part["max_wait_ms"].to_list(), mode="markers", name=op,
+                                 legendgroup=op, marker_color=color, customdata=custom, hovertemplate=hover),
                       row=1, col=1)
-        fig.add_trace(_scatter(c.height, x=part["_x"].to_list(), y=part["arrival_skew_ms"].to_list(), mode="markers",
-                                   name=op, legendgroup=op, showlegend=False, marker={"color": color, "symbol": "x"},
-                                   customdata=custom, hovertemplate=hover), row=2, col=1)
+        fig.add_trace(go.Scatter(x=part["_x"].to_list(), y=part["arrival_skew_ms"].to_list(), mode="markers",
+                                 name=op, legendgroup=op, showlegend=False, marker={"color": color, "symbol": "x"},
+                                 customdata=custom, hovertemplate=hover), row=2, col=1)
     suffix = f" (ranks {', '.join(map(str, ranks))})" if ranks else ""
+    if total > c.height:
+        suffix += f": the {c.height:,} longest waits of {total:,}"
     fig.update_layout(title="Waits per collective instance" + suffix, margin=_MARGIN, height=480, clickmode="event")
     fig.update_xaxes(title_text="ms from the first GPU event", row=2, col=1)
     return fig
@@ -229,13 +232,18 @@ def busbw_figure(a: Analysis, ranks: Sequence[int] | None = None) -> go.Figure:
         c = c.filter(pl.col("ranks").list.eval(pl.element().is_in(list(ranks))).list.any())
     if c.height == 0:
         return _empty("Bus bandwidth", "no collectives with message sizes")
+    total, note = c.height, ""
+    if total > MARKER_LIMIT:  # an even sample in time: the lines stay the medians of every instance
+        every = -(-total // MARKER_LIMIT)
+        c = c.sort("start_ms", maintain_order=True).gather_every(every)
+        note = f" (1 in {every} of {total:,} instances; lines: medians of all)"
     palette = ["#4C78A8", "#F58518", "#54A24B", "#E45756", "#72B7B2", "#B279A2", "#FF9DA6", "#9D755D"]
     fig = go.Figure()
     for i, op in enumerate(sorted(c["op"].unique().to_list())):
         part = c.filter(pl.col("op") == op)
         color = palette[i % len(palette)]
-        fig.add_trace(_scatter(
-            c.height, x=part["bytes"].to_list(), y=part["busbw_gbps"].to_list(), mode="markers", name=op, legendgroup=op,
+        fig.add_trace(go.Scatter(
+            x=part["bytes"].to_list(), y=part["busbw_gbps"].to_list(), mode="markers", name=op, legendgroup=op,
             marker={"color": color, "opacity": 0.6}, customdata=part.select("pg", "seq").to_numpy().tolist(),
             hovertemplate="%{customdata[0]}/%{customdata[1]} " + op + "<br>%{x:,} B: %{y:,.2f} GB/s<extra></extra>"))
         med = a.bandwidth.filter(pl.col("op") == op)
@@ -243,6 +251,6 @@ def busbw_figure(a: Analysis, ranks: Sequence[int] | None = None) -> go.Figure:
             fig.add_trace(go.Scatter(x=med["size_bucket"].to_list(), y=med["busbw_gbps_p50"].to_list(),
                                      mode="lines+markers", name=f"{op} p50", legendgroup=op, showlegend=False,
                                      line={"color": color}, hovertemplate="≥%{x:,} B: p50 %{y:,.2f} GB/s<extra></extra>"))
-    fig.update_layout(title="Bus bandwidth vs message size", margin=_MARGIN, xaxis={"type": "log", "title": "bytes"},
+    fig.update_layout(title="Bus bandwidth vs message size" + note, margin=_MARGIN, xaxis={"type": "log", "title": "bytes"},
                       yaxis_title="busbw (GB/s)", height=420)
     return fig

@@ -144,6 +144,35 @@ def test_wait_and_busbw_are_json_collectives(analysis, report):
     assert n == sum(1 for c in report["collectives"] if 3 in c["ranks"])
 
 
+def test_marker_figures_past_the_limit_keep_the_longest_waits_and_an_even_sample(analysis, report, monkeypatch):
+    limit = 7
+    monkeypatch.setattr(figures, "MARKER_LIMIT", limit)
+    colls = report["collectives"]
+    assert len(colls) > limit
+    fig = figures.wait_figure(analysis)
+    waits = sorted((v for t in fig.data if t.yaxis in (None, "y") for v in t.y), reverse=True)
+    assert waits == pytest.approx(sorted((c["max_wait_ms"] for c in colls), reverse=True)[:limit], abs=1e-6)
+    assert f"the {limit} longest waits of {len(colls)}" in fig.layout.title.text
+    bw = figures.busbw_figure(analysis)
+    with_bw = [c for c in colls if c["busbw_gbps"] is not None]
+    every = -(-len(with_bw) // limit)
+    by_time = sorted(with_bw, key=lambda c: c["start_ms"])[::every]
+    points = sorted(v for t in bw.data if t.mode == "markers" for v in t.y)
+    assert len(points) <= limit
+    assert points == pytest.approx(sorted(c["busbw_gbps"] for c in by_time), abs=1e-6)
+    assert f"1 in {every} of {len(with_bw)} instances" in bw.layout.title.text
+
+
+def test_every_figure_uses_a_trace_type_of_the_shipped_cartesian_bundle(analysis):
+    # the page loads plotly.js's cartesian bundle only (dashboards/assets): no WebGL or other trace types
+    bundle = (ROOT / "dashboards" / "assets" / "plotly-cartesian.min.js").read_text()
+    assert "plotly.js (cartesian" in bundle[:200]
+    figs = [figures.breakdown_figure(analysis), figures.heatmap_figure(analysis), figures.timeline_figure(analysis),
+            figures.wait_figure(analysis), figures.busbw_figure(analysis)]
+    types = {t.type for f in figs for t in f.data}
+    assert types and types <= {"scatter", "bar", "box", "heatmap"}
+
+
 def test_figures_import_without_dash():
     code = "import sys, dashboards.figures; assert 'dash' not in sys.modules, 'figures pulled in dash'"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
