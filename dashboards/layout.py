@@ -55,6 +55,16 @@ def kpi_rows(a: Analysis) -> list[dict]:
     return rows
 
 
+def _kpi_paging(a: Analysis) -> dict:
+    """Few ranks: every row, sorted in the browser. Many: one page at a time from the server (callbacks.py),
+    so the page does not carry and render thousands of rows it does not show."""
+    rows, size = kpi_rows(a), summary.kpi_page_size(a)
+    if size is None:
+        return {"data": rows, "sort_action": "native", "page_action": "none"}
+    return {"data": rows[:size], "sort_action": "custom", "sort_mode": "single", "sort_by": [],
+            "page_action": "custom", "page_current": 0, "page_size": size, "page_count": -(-len(rows) // size)}
+
+
 def process_group_rows(a: Analysis) -> list[dict]:
     """Process groups as the traces declared them, with how many matched instances each had."""
     seen: dict[str, dict] = {}
@@ -105,9 +115,7 @@ def build_layout(a: Analysis) -> html.Div:
                                        style={"marginLeft": "16px"}),
                            export.section(a)]),
         _section("Ranks", dash_table.DataTable(
-            id="kpi-table", columns=kpi_columns, data=kpi_rows(a), sort_action="native",
-            **({"page_action": "native", "page_size": summary.kpi_page_size(a)} if summary.many(a) else
-               {"page_action": "none"}),
+            id="kpi-table", columns=kpi_columns, **_kpi_paging(a),
             style_table=TABLE_STYLE, style_cell=CELL_STYLE, fixed_rows={"headers": True},
             style_header={"fontWeight": "bold", "whiteSpace": "normal", "height": "auto"},
         ), dcc.Graph(id="breakdown", figure=figures.breakdown_figure(a), config={"displaylogo": False})),

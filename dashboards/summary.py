@@ -77,5 +77,18 @@ def kpi_page_size(a: Analysis) -> int | None:
     return 50 if many(a) else None
 
 
+def sort_rows(rows: list[dict], sort_by: list[dict] | None) -> list[dict]:
+    """The KPI rows in the table's order: by the sorted column (n/a last either way), ties by rank; as given
+    when unsorted. Many ranks are paged on the server, so the server sorts them as the table would."""
+    if not sort_by:
+        return rows
+    col, desc = sort_by[0].get("column_id"), sort_by[0].get("direction") == "desc"
+    if not rows or col not in rows[0]:
+        return rows
+    known = sorted((r for r in rows if r[col] is not None), key=lambda r: r["rank"])
+    known.sort(key=lambda r: r[col], reverse=desc)  # stable: equal values stay in rank order
+    return known + [r for r in rows if r[col] is None]
+
+
 def ranks_label(a: Analysis, lanes: list[int]) -> str:
     return f"{len(lanes)} of {a.ranks.height} ranks: the selected one and those that caused the most wait"

@@ -264,7 +264,13 @@ def test_hundreds_of_ranks_are_summarized(browser, tmp_path_factory):
         assert kinds == ["heatmap"] + ["box"] * 6  # not six traces of 192 bars
         xs = w.page.evaluate("() => document.querySelector('#breakdown .js-plotly-plot').data[0].x")
         assert sorted(xs) == list(range(192))
-        assert len(w.page.evaluate(KPI_JS)) == 50  # paged: 50 rows in the DOM, not 192
+        assert [int(r["rank"]) for r in w.page.evaluate(KPI_JS)] == list(range(50))  # paged: 50 rows, not 192
+        first_rank = "() => document.querySelector('#kpi-table td[data-dash-column=\"rank\"]').innerText.trim()"
+        w.page.locator("#kpi-table button.next-page").click()  # the server sends the next page
+        w.page.wait_for_function(f"() => ({first_rank})() === '50'")
+        assert [int(r["rank"]) for r in w.page.evaluate(KPI_JS)] == list(range(50, 100))
+        w.page.locator("#kpi-table button.previous-page").click()
+        w.page.wait_for_function(f"() => ({first_rank})() === '0'")
         lanes = w.page.evaluate("() => document.querySelector('#timeline .js-plotly-plot').layout.meta.lanes")
         ranks = sorted({ln[0] for ln in lanes})
         assert len(ranks) == FOCUS_LANES and top in ranks
