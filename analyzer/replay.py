@@ -202,17 +202,21 @@ def run(a: Arrays, sch: Schedule, mods: Mods) -> tuple[np.ndarray, np.ndarray]:
     # along a chain Δe grows by each member's (gap change, at least −gap) + duration change: a prefix sum
     step = np.where(a.simple, np.maximum(mods.dgap, -a.slack) + mods.ddur, 0.0)
     cs = np.cumsum(step[:, a.chain_order], axis=1)
+    del step
     chain = np.empty_like(cs)
     chain[:, a.chain_order] = cs - cs[:, a.chain_first]
+    del cs
     # node-major (rows = nodes) so a wave gathers whole rows; rows n, n+1: "no predecessor" (0, -inf)
     de = np.zeros((n + 2, s))
     de[n + 1] = -np.inf
     chain_t = np.zeros((n + 2, s))
     chain_t[:n] = chain.T
     x = sch.x_s
-    cb, cs_ = chain_t[sch.bpx], chain_t[sch.spx]  # per start event, in wave order
-    dgap, ddur = mods.dgap.T[x], mods.ddur.T[x]
-    slack = a.slack[x].astype(np.float64)[:, None]
+    # per start event, in wave order: what its binding / stream predecessor's end is shifted by
+    after_bind = chain_t[sch.bpx] + mods.dgap.T[x]
+    after_stream = chain_t[sch.spx] - a.slack[x].astype(np.float64)[:, None]
+    del chain_t
+    ddur = mods.ddur.T[x]
     dstart = np.zeros((x.size, s))
     imax = np.full((max(a.n_instances, 1), s), -np.inf)
     wait = a.wait[x].astype(np.float64)[:, None]
@@ -224,8 +228,7 @@ def run(a: Arrays, sch: Schedule, mods: Mods) -> tuple[np.ndarray, np.ndarray]:
     for k in range(sch.n_waves):
         lo, hi = s_off[k], s_off[k + 1]
         if hi > lo:
-            # the same association as the definition: (end of predecessor) + gap change; (end) − slack
-            v = np.maximum((de[rb[lo:hi]] + cb[lo:hi]) + dgap[lo:hi], (de[rs[lo:hi]] + cs_[lo:hi]) - slack[lo:hi])
+            v = np.maximum(de[rb[lo:hi]] + after_bind[lo:hi], de[rs[lo:hi]] + after_stream[lo:hi])
             dstart[lo:hi] = v
             de[x[lo:hi]] = v + ddur[lo:hi]  # a matched kernel's end is set again at its end event
             al, ah = a_off[k], a_off[k + 1]
@@ -240,6 +243,7 @@ def run(a: Arrays, sch: Schedule, mods: Mods) -> tuple[np.ndarray, np.ndarray]:
         lo, hi = e_off[k], e_off[k + 1]
         if hi > lo:
             de[xe[lo:hi]] = np.where(hide[lo:hi], dstart[ep[lo:hi]] - dur[lo:hi], imax[ei[lo:hi]] + dtr[lo:hi])
+    del after_bind, after_stream, ddur, dtr, hide, imax
     ds = np.zeros((s, n))
     ds[:, x] = dstart.T
     de_out = de[:n].T[:, a.root] + chain

@@ -34,7 +34,7 @@ from .graph import Graph
 
 MAX_RANKS = 32  # per-rank scenarios replayed (ranks with the most to gain)
 ERROR_WARN_PCT = 5.0
-_CELLS = 5_000_000  # scenario x node cells per replay batch (memory bound: ~12 float arrays of this size)
+_CELLS = 5_000_000  # scenario x node cells per replay batch (memory bound: ~9 float arrays of this size)
 
 
 @dataclass(frozen=True)
