@@ -315,7 +315,9 @@ def row_dimensions(rows: pl.DataFrame, grp: pl.DataFrame, layout: Layout | None)
         .then(pl.col("rank").sum().over("instance") - pl.col("rank")).alias("_peer_rank")
     )
     pair_dim = pair_dimension(layout)
-    group_says = pl.col("_src").is_in(["layout", "desc"]) & ~pl.col("dimension").is_in(["world", "unknown"])
+    # a pair whose group is not in the table (no source) is judged by its own ranks, not left unknown
+    named = pl.col("_src").is_in(["layout", "desc"]) & ~pl.col("dimension").is_in(["world", "unknown"])
+    group_says = named.fill_null(False)
     is_pair = pl.col("match_rule").is_in(_P2P_RULES)
     out = out.with_columns(
         pl.when(is_pair & ~group_says).then(pair_dim).otherwise(pl.col("dimension")).fill_null("unknown")
