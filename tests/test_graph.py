@@ -30,18 +30,24 @@ def comm_rows(rows: list[tuple]) -> pl.DataFrame:
         (pl.col("dur_ns") - pl.col("transfer_ns")).alias("wait_ns"))
 
 
-# rank 0: A [0,100] compute, C [100,300] comm (stream 20), D [300,400] compute
-# rank 1: B [0,200] compute, C [200,300] comm (stream 20), E [350,380] compute (idle gap of 50 after C)
-HAND = gpu_table([
-    (0, 7, 0, 100, "A", "compute"), (0, 20, 100, 300, "nccl_ar", "comm"), (0, 7, 300, 400, "D", "compute"),
-    (1, 7, 0, 200, "B", "compute"), (1, 20, 200, 300, "nccl_ar", "comm"), (1, 7, 350, 380, "E", "compute"),
-])
-HAND_ROWS = comm_rows([(0, 20, 100, 300, "nccl_ar", "i0"), (1, 20, 200, 300, "nccl_ar", "i0")])
-HAND_STEPS = conform(pl.DataFrame({"rank": [0, 1], "step": [1, 1], "start_ns": [0, 0], "end_ns": [400, 380]}), STEP_SCHEMA)
+def hand() -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """The hand-built two-rank job: (gpu table, comm rows, steps).
+    rank 0: A [0,100] compute, C [100,300] comm (stream 20), D [300,400] compute
+    rank 1: B [0,200] compute, C [200,300] comm (stream 20), E [350,380] compute (idle gap of 50 after C)
+    Built when called, not at import: Polars work at import starts its thread pool in the process that
+    collects the tests, and mutation testing forks its workers from that process (they then deadlock)."""
+    gpu = gpu_table([
+        (0, 7, 0, 100, "A", "compute"), (0, 20, 100, 300, "nccl_ar", "comm"), (0, 7, 300, 400, "D", "compute"),
+        (1, 7, 0, 200, "B", "compute"), (1, 20, 200, 300, "nccl_ar", "comm"), (1, 7, 350, 380, "E", "compute"),
+    ])
+    rows = comm_rows([(0, 20, 100, 300, "nccl_ar", "i0"), (1, 20, 200, 300, "nccl_ar", "i0")])
+    steps = conform(pl.DataFrame({"rank": [0, 1], "step": [1, 1], "start_ns": [0, 0], "end_ns": [400, 380]}),
+                    STEP_SCHEMA)
+    return gpu, rows, steps
 
 
 def test_hand_built_predecessors_gaps_and_instance() -> None:
-    g = graph.build(HAND, HAND_ROWS, HAND_STEPS)
+    g = graph.build(*hand())
     n = {(r["rank"], r["name"]): r for r in g.nodes.to_dicts()}
     a, c0, d = n[(0, "A")], n[(0, "nccl_ar")], n[(0, "D")]
     b, c1, e = n[(1, "B")], n[(1, "nccl_ar")], n[(1, "E")]
@@ -59,8 +65,9 @@ def test_hand_built_predecessors_gaps_and_instance() -> None:
 
 
 def test_hand_built_critical_path_jumps_to_the_last_arriver() -> None:
-    g = graph.build(HAND, HAND_ROWS, HAND_STEPS)
-    cp = {r["rank"]: r for r in cpm.critical_path(g, HAND_STEPS).to_dicts()}
+    gpu, rows, steps = hand()
+    g = graph.build(gpu, rows, steps)
+    cp = {r["rank"]: r for r in cpm.critical_path(g, steps).to_dicts()}
     # the step ends with D on rank 0 (400); D <- collective, whose last arriver is rank 1: C1 (100 transfer) <- B
     assert cp[0] == {"step": 1, "rank": 0, "compute_ns": 100.0, "exposed_transfer_ns": 0.0, "wait_ns": 0.0,
                      "host_idle_ns": 0.0}

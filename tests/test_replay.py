@@ -16,11 +16,11 @@ from analyzer.report.json import to_dict
 from sample_traces.generate import Collective, Scenario, build, write_kineto
 from tests.conftest import SAMPLES, SHARED
 from tests.helpers import cli, run
-from tests.test_graph import HAND, HAND_ROWS, HAND_STEPS
+from tests.test_graph import hand
 
 
 def _hand_replay(fill) -> tuple[dict, np.ndarray]:
-    g = graph.build(HAND, HAND_ROWS, HAND_STEPS)
+    g = graph.build(*hand())
     arr = replay.Arrays.of(g)
     mods = replay.Mods.zeros(1, g.n_nodes, g.instances.height)
     fill(mods, {(r["rank"], r["name"]): r["node"] for r in g.nodes.to_dicts()})
