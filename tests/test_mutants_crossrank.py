@@ -167,6 +167,17 @@ def test_layout_dimension_of_every_subset_of_axes() -> None:
     assert len(want) == 4 + 4 + 4 + 2 + 2 + 2 + 1
 
 
+def test_with_only_cp_and_dp_above_one_the_group_of_all_ranks_is_data_parallel() -> None:
+    """cp=2, dp=2 (cp fastest): the all-ranks group is the cp x dp group that reduces gradients: dp, not world
+    (the rule "cp and dp together are data parallel" is the more specific one); cp and dp groups alone as usual."""
+    from analyzer.metrics import dimensions as dm
+
+    groups = [("all", None, [0, 1, 2, 3]), ("cp0", None, [0, 1]), ("dp0", None, [0, 2])]
+    g = dm.groups(_meta(groups), _no_rows(), 4, None, dm.Options(layout=dm.parse_layout("cp=2,dp=2")))
+    got = {pg: d for pg, d in g.select("pg", "dimension").iter_rows()}
+    assert got == {"all": "dp", "cp0": "cp", "dp0": "dp"}
+
+
 def test_a_layout_without_any_axis_above_one_calls_every_group_the_world() -> None:
     from analyzer.metrics import dimensions as dm
 
