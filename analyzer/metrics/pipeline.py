@@ -78,7 +78,8 @@ def analyze(rows: pl.DataFrame, gpu: pl.DataFrame, windows: pl.DataFrame, offset
     axis = FlatAxis.of(gpu)
     useful_rows = pl.concat([
         gpu.filter(pl.col("kind").is_in(USEFUL_KINDS)).select("rank", "start_ns", "end_ns"),
-        rows.filter(~pl.col("match_rule").is_in(P2P_RULES).fill_null(True)).select("rank", "start_ns", "end_ns"),
+        # every collective, matched or not (a null rule is no send/recv pair), is useful work
+        rows.filter((~pl.col("match_rule").is_in(P2P_RULES)).fill_null(True)).select("rank", "start_ns", "end_ns"),
         pairs.select("rank", (pl.col("end_ns") - pl.col("transfer_ns")).alias("start_ns"), "end_ns"),
     ])
     useful = axis.coverage(useful_rows)
@@ -94,7 +95,9 @@ def analyze(rows: pl.DataFrame, gpu: pl.DataFrame, windows: pl.DataFrame, offset
     parts = {}
     for i, (a_col, b_col) in enumerate(cuts):  # three phases, not a loop over ranks
         a, b = axis.map(win, a_col, b_col)
-        parts[f"_b{i}"] = (b - a) - useful.within(a, b)
+        # the phase's own length: the flat axis clips to the rank's kernels, and idle before its first kernel or
+        # after its last is bubble too (no useful work lies outside them, so ``within`` is the same)
+        parts[f"_b{i}"] = (win[b_col] - win[a_col]).to_numpy() - useful.within(a, b)
     a, b = axis.map(win)
     parts["_compute"] = axis.coverage(gpu.filter(pl.col("kind") == "compute")).within(a, b)
     win = win.with_columns(*[pl.Series(k, v) for k, v in parts.items()]).with_columns(
