@@ -12,11 +12,12 @@ import pytest
 from analyzer import graph, replay, whatif
 from analyzer.analysis import analyze
 from analyzer.compare import compare
+from analyzer.model import STEP_SCHEMA, conform
 from analyzer.report.json import to_dict
 from sample_traces.generate import Collective, Scenario, build, write_kineto
 from tests.conftest import SAMPLES, SHARED
 from tests.helpers import cli, run
-from tests.test_graph import hand
+from tests.test_graph import comm_rows, gpu_table, hand
 
 
 def _hand_replay(fill) -> tuple[dict, np.ndarray]:
@@ -44,6 +45,81 @@ def test_hand_built_deltas() -> None:
     # transfer halved: ends at 250
     ids, de = _hand_replay(lambda m, ids: m.dtr.__setitem__((0, 0), -50))
     assert de[ids[(0, "D")]] == -50 and de[ids[(1, "E")]] == -50
+
+
+def _replay_of(gpu, rows, steps, fill) -> tuple[dict, np.ndarray, np.ndarray, replay.Schedule]:
+    g = graph.build(gpu, rows, steps)
+    arr = replay.Arrays.of(g)
+    sch = replay.schedule(arr)
+    ids = {(r["rank"], r["name"]): r["node"] for r in g.nodes.to_dicts()}
+    mods = replay.Mods.zeros(1, g.n_nodes, g.instances.height)
+    fill(mods, ids)
+    ds, de = replay.run(arr, sch, mods)
+    return ids, ds[0], de[0], sch
+
+
+def _steps(ends: dict[int, int]) -> pl.DataFrame:
+    return conform(pl.DataFrame({"rank": list(ends), "step": [1] * len(ends), "start_ns": [0] * len(ends),
+                                 "end_ns": list(ends.values())}), STEP_SCHEMA)
+
+
+def test_a_longer_first_operation_delays_the_collective_it_binds() -> None:
+    # the hand job; A (node 0, rank 0's first operation) 150 ns longer: rank 0 arrives at 250, after rank 1 (200);
+    # the instance ends at 250 + transfer 100 = 350 on both ranks, D [350, 450], E keeps its 50 ns gap: [400, 430]
+    ids, ds, de, _ = _replay_of(*hand(), lambda m, ids: m.ddur.__setitem__((0, ids[(0, "A")]), 150))
+    assert ids[(0, "A")] == 0
+    assert de[ids[(0, "A")]] == 150 and ds[ids[(0, "nccl_ar")]] == 150
+    assert de[ids[(0, "nccl_ar")]] == de[ids[(1, "nccl_ar")]] == 50
+    assert de[ids[(0, "D")]] == 50 and de[ids[(1, "E")]] == 50
+
+
+def test_a_stream_predecessor_that_ends_later_holds_the_next_kernel() -> None:
+    # one rank: X [0,100] and Z [130,200] on stream 7, Y [0,120] on stream 8. Z's binding predecessor is Y (the
+    # latest end before 130, gap 10); its stream predecessor X (slack 30). X 100 ns longer ends at 200: Y still
+    # lets Z start at 130, but X holds it until 200: Z [200, 270], +70 (the binding rule alone would say 0)
+    gpu = gpu_table([(0, 7, 0, 100, "X", "compute"), (0, 8, 0, 120, "Y", "compute"), (0, 7, 130, 200, "Z", "compute")])
+    ids, ds, de, _ = _replay_of(gpu, _no_comm(), _steps({0: 200}),
+                                lambda m, ids: m.ddur.__setitem__((0, ids[(0, "X")]), 100))
+    assert ids[(0, "X")] == 0
+    assert ds[ids[(0, "Z")]] == 70 and de[ids[(0, "Z")]] == 70 and de[ids[(0, "Y")]] == 0
+    # Y 20 ns longer instead: Z's binding predecessor ends at 140, and Z keeps its 10 ns gap: [150, 220]
+    ids, ds, de, _ = _replay_of(gpu, _no_comm(), _steps({0: 200}), lambda m, ids: m.ddur.__setitem__((0, ids[(0, "Y")]), 20))
+    assert de[ids[(0, "Z")]] == 20
+
+
+def _no_comm() -> pl.DataFrame:
+    return comm_rows([(0, 20, 0, 1, "x", "unused")]).clear()
+
+
+def test_an_end_waits_for_every_arrival_even_when_its_rank_gets_there_first() -> None:
+    # rank 0: A [0,100], C [100,300] (comm), D [300,400]; rank 1: B1 [0,100], B2 [100,200] on another stream,
+    # C [200,300], E [350,380]. Rank 0 reaches the end of C two events before rank 1 arrives. B2 50 ns longer:
+    # rank 1 arrives at 250, the instance ends at 350 on both (transfer 100), so D and E move by +50
+    gpu = gpu_table([
+        (0, 7, 0, 100, "A", "compute"), (0, 20, 100, 300, "nccl_ar", "comm"), (0, 7, 300, 400, "D", "compute"),
+        (1, 7, 0, 100, "B1", "compute"), (1, 8, 100, 200, "B2", "compute"), (1, 20, 200, 300, "nccl_ar", "comm"),
+        (1, 7, 350, 380, "E", "compute"),
+    ])
+    rows = comm_rows([(0, 20, 100, 300, "nccl_ar", "i0"), (1, 20, 200, 300, "nccl_ar", "i0")])
+    ids, _, de, sch = _replay_of(gpu, rows, _steps({0: 400, 1: 380}),
+                                 lambda m, ids: m.ddur.__setitem__((0, ids[(1, "B2")]), 50))
+    assert sch.forced == 0
+    assert de[ids[(0, "nccl_ar")]] == de[ids[(1, "nccl_ar")]] == 50
+    assert de[ids[(0, "D")]] == 50 and de[ids[(1, "E")]] == 50
+
+
+def test_collectives_matched_in_crossing_order_are_forced_through_and_counted() -> None:
+    # rank 0 runs instance a then b, rank 1 b then a: each end waits for an arrival behind the other end.
+    # The replay releases both blocked ends once (2 forced ends) instead of stopping, and still ends
+    gpu = gpu_table([
+        (0, 20, 100, 200, "nccl_a", "comm"), (0, 20, 300, 400, "nccl_b", "comm"),
+        (1, 20, 100, 200, "nccl_b", "comm"), (1, 20, 300, 400, "nccl_a", "comm"),
+    ])
+    rows = comm_rows([(0, 20, 100, 200, "nccl_a", "a"), (1, 20, 300, 400, "nccl_a", "a"),
+                      (0, 20, 300, 400, "nccl_b", "b"), (1, 20, 100, 200, "nccl_b", "b")])
+    _, _, de, sch = _replay_of(gpu, rows, _steps({0: 400, 1: 400}), lambda m, ids: None)
+    assert sch.forced == 2
+    assert np.isfinite(de).all()
 
 
 def _real_sets() -> list[Path]:
