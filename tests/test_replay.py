@@ -110,7 +110,8 @@ def test_an_end_waits_for_every_arrival_even_when_its_rank_gets_there_first() ->
 
 def test_collectives_matched_in_crossing_order_are_forced_through_and_counted() -> None:
     # rank 0 runs instance a then b, rank 1 b then a: each end waits for an arrival behind the other end.
-    # The replay releases both blocked ends once (2 forced ends) instead of stopping, and still ends
+    # The replay releases both blocked ends (2 forced ends) instead of stopping, and still ends; a second
+    # crossing pair later (c then d against d then c) is released again: 4 forced ends in all
     gpu = gpu_table([
         (0, 20, 100, 200, "nccl_a", "comm"), (0, 20, 300, 400, "nccl_b", "comm"),
         (1, 20, 100, 200, "nccl_b", "comm"), (1, 20, 300, 400, "nccl_a", "comm"),
@@ -120,6 +121,39 @@ def test_collectives_matched_in_crossing_order_are_forced_through_and_counted() 
     _, _, de, sch = _replay_of(gpu, rows, _steps({0: 400, 1: 400}), lambda m, ids: None)
     assert sch.forced == 2
     assert np.isfinite(de).all()
+    gpu2 = pl.concat([gpu, gpu.with_columns(pl.col("start_ns") + 1000, pl.col("end_ns") + 1000,
+                                            pl.col("name").str.replace("_a", "_c").str.replace("_b", "_d"))])
+    rows2 = pl.concat([rows, rows.with_columns(pl.col("start_ns") + 1000, pl.col("end_ns") + 1000,
+                                               pl.col("name").str.replace("_a", "_c").str.replace("_b", "_d"),
+                                               pl.col("instance").replace({"a": "c", "b": "d"}))])
+    _, _, de, sch = _replay_of(gpu2, rows2, _steps({0: 1400, 1: 1400}), lambda m, ids: None)
+    assert sch.forced == 4
+
+
+def test_an_end_waits_for_its_own_instance_not_an_earlier_complete_one() -> None:
+    # as above, after a first collective i0 that both ranks finish together: rank 0 reaches the end of i1
+    # while rank 1 still runs B2; i0 being complete must not release it. B2 50 ns longer: i1 ends 50 later
+    gpu = gpu_table([
+        (0, 20, 0, 50, "nccl_0", "comm"), (0, 7, 50, 100, "A", "compute"), (0, 20, 100, 300, "nccl_1", "comm"),
+        (0, 7, 300, 400, "D", "compute"),
+        (1, 20, 0, 50, "nccl_0", "comm"), (1, 7, 50, 100, "B1", "compute"), (1, 8, 100, 200, "B2", "compute"),
+        (1, 20, 200, 300, "nccl_1", "comm"), (1, 7, 350, 380, "E", "compute"),
+    ])
+    rows = comm_rows([(0, 20, 0, 50, "nccl_0", "i0"), (1, 20, 0, 50, "nccl_0", "i0"),
+                      (0, 20, 100, 300, "nccl_1", "i1"), (1, 20, 200, 300, "nccl_1", "i1")])
+    ids, _, de, sch = _replay_of(gpu, rows, _steps({0: 400, 1: 380}),
+                                 lambda m, ids: m.ddur.__setitem__((0, ids[(1, "B2")]), 50))
+    assert sch.forced == 0
+    assert de[ids[(0, "nccl_1")]] == de[ids[(1, "nccl_1")]] == 50 and de[ids[(0, "D")]] == 50
+
+
+def test_a_job_of_one_operation_and_a_job_of_none() -> None:
+    # one kernel 10 ns longer ends 10 ns later; nothing at all replays to nothing, with no forced end
+    ids, ds, de, sch = _replay_of(gpu_table([(0, 7, 0, 100, "X", "compute")]), _no_comm(), _steps({0: 100}),
+                                  lambda m, ids: m.ddur.__setitem__((0, ids[(0, "X")]), 10))
+    assert sch.n_waves == 1 and ds[ids[(0, "X")]] == 0 and de[ids[(0, "X")]] == 10
+    _, ds, de, sch = _replay_of(gpu_table([]), _no_comm(), _steps({}), lambda m, ids: None)
+    assert sch.n_waves == 0 and sch.forced == 0 and ds.size == de.size == 0
 
 
 def _real_sets() -> list[Path]:
