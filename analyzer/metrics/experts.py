@@ -37,7 +37,8 @@ def analyze(rows: pl.DataFrame) -> dict | None:
     recv = _per_peer(a2a, "out_splits", "out_bytes", "bytes")
     if sent.height == 0 and recv.height == 0:
         return None
-    # received per rank: from its own out-splits, else from what the others sent it
+    # received per rank: from the out-splits; only when no rank recorded any, from what the others sent it
+    # (mixing the two would compare ranks measured two ways; a rank missing its own stays unknown)
     got = recv.group_by("instance", "rank").agg(pl.col("bytes").sum())
     if got.height == 0:
         got = sent.group_by("instance", pl.col("peer").alias("rank")).agg(pl.col("bytes").sum())
