@@ -524,3 +524,93 @@ def test_pipeline_an_unmatched_collective_is_useful_work() -> None:
     # step-1 cool-down [400, 1000] holds 300 ns of bubble (A until 600, the collective until 700), not 400
     p = _pipeline_case(0, [(0, 1, 100, 1000), (1, 1, 0, 1000)], extra=((0, "all_reduce", 600, 700),))
     assert p["rank_steps"].filter(pl.col("rank") == 0)["cooldown_bubble_ns"].to_list() == [300]
+
+
+def test_critical_path_last_arriver_with_no_transfer_is_all_waiting() -> None:
+    # step [0, 400] on both ranks. Rank 0: A [0, 100], C0 [100, 200], D [200, 400]; rank 1: C1 [100, 200]. Both
+    # kernels of i0 are given wait 0 and transfer 0 (the tie goes to the lower rank: C0 is the last arriver). A
+    # kernel's last `transfer` ns are transfer, what comes before them waiting: with transfer 0 all of C0's 100 ns
+    # are wait, none is exposed transfer. The path: D 200 compute, C0 100 wait, A 100 compute; rank 1 not on it.
+    gpu = _gpu_table([(0, 7, 0, 100, "A", "compute"), (0, 20, 100, 200, "ar", "comm"), (0, 7, 200, 400, "D", "compute"),
+                      (1, 20, 100, 200, "ar", "comm")])
+    rows = _comm_rows([(0, 20, 100, 200, "ar", "i0", 0, 0), (1, 20, 100, 200, "ar", "i0", 0, 0)])
+    assert _cp(gpu, rows, _steps([(0, 1, 0, 400), (1, 1, 0, 400)])) == [
+        {"step": 1, "rank": 0, "compute_ns": 300.0, "exposed_transfer_ns": 0.0, "wait_ns": 100.0, "host_idle_ns": 0.0}]
+
+
+def _bounds_inputs(recvs: list[tuple[int, int]], computes: list[tuple[int, int, int]],
+                   windows: list[tuple[int, int, int, int, int, int, float]]) -> tuple[pl.DataFrame, ...]:
+    """recvs (rank, end), computes (rank, start, end) on each rank's own clock; windows (rank, stage, chain, step,
+    start, end, off_ns) -> _phase_bounds' pairs, gpu and win."""
+    pairs = pl.DataFrame([(r, "recv", e) for r, e in recvs], schema={"rank": pl.Int32, "op": pl.String,
+                                                                     "end_ns": pl.Int64}, orient="row")
+    gpu = pl.DataFrame([(r, "compute", s, e) for r, s, e in computes],
+                       schema={"rank": pl.Int32, "kind": pl.String, "start_ns": pl.Int64, "end_ns": pl.Int64},
+                       orient="row")
+    win = pl.DataFrame(windows, schema={"rank": pl.Int32, "stage": pl.Int32, "chain": pl.Int32, "step": pl.Int64,
+                                        "start_ns": pl.Int64, "end_ns": pl.Int64, "off_ns": pl.Float64}, orient="row")
+    return pairs, gpu, win
+
+
+def _bounds(*args: tuple) -> dict[tuple[int, int], tuple]:
+    from analyzer.metrics import pipeline
+
+    out = pipeline._phase_bounds(*_bounds_inputs(*args))
+    return {(r["chain"], r["step"]): (r["full_start"], r["full_end"]) for r in out.to_dicts()}
+
+
+def test_pipeline_phase_bounds_of_two_chains_whose_last_stages_have_offset_clocks() -> None:
+    # chains 0 (0 -> 1) and 2 (2 -> 3); the last stages are ranks 1 and 3, rank 3's clock 500 ns ahead. Rank 1's
+    # window [0, 1000]: A [100, 200] before its recv (ends 600), B [700, 900] after it: full from 700 to 900.
+    # Rank 3's window [500, 1500] (own clock): C [800, 900] before its recv (ends 1100), E [1200, 1300] after it:
+    # full from 1200 to 1300 on its clock, 700 to 800 on the reference clock. Rank 1's recv (600) lies inside
+    # rank 3's window too: it must not count for chain 2 (nor leave chain 0 without a first recv).
+    got = _bounds([(1, 600), (3, 1100)], [(1, 100, 200), (1, 700, 900), (3, 800, 900), (3, 1200, 1300)],
+                  [(0, 0, 0, 1, 0, 1000, 0.0), (1, 1, 0, 1, 0, 1000, 0.0),
+                   (2, 0, 2, 1, 500, 1500, 500.0), (3, 1, 2, 1, 500, 1500, 500.0)])
+    assert got == {(0, 1): (700.0, 900.0), (2, 1): (700.0, 800.0)}
+
+
+def test_pipeline_phase_bounds_at_the_window_end() -> None:
+    # rank 1 (last stage) windows: step 1 [0, 1000], step 2 [1200, 2000]. Step 1: A [100, 200], then its first recv
+    # ends exactly at the window's end (1000): that recv is the step's, and no compute starts after it inside the
+    # step, so the pipeline never fills (full start unknown); the compute K [1000, 1100] starts when step 1 has
+    # ended (and before step 2 began): it is in neither, so step 1 is full until A's end (200). Step 2: its recv
+    # ends 1300, G [1400, 1500]: full from 1400 to 1500.
+    got = _bounds([(1, 1000), (1, 1300)], [(1, 100, 200), (1, 1000, 1100), (1, 1400, 1500)],
+                  [(0, 0, 0, 1, 0, 1000, 0.0), (1, 1, 0, 1, 0, 1000, 0.0),
+                   (0, 0, 0, 2, 1200, 2000, 0.0), (1, 1, 0, 2, 1200, 2000, 0.0)])
+    assert got == {(0, 1): (None, 200.0), (0, 2): (1400.0, 1500.0)}
+
+
+def _small_pipeline(windows: dict[int, tuple[int, int]], offset_ranks: tuple[int, ...]) -> dict:
+    """Rank 0 (stage 0): compute [0, 100], send [100, 200] (all transfer), compute D [350, 380]; rank 1 (stage 1):
+    recv [100, 200] (all transfer), compute B [300, 600]. One step; ``windows``: rank -> (start, end); offsets 0,
+    listed for ``offset_ranks`` only (the others have none: their clock is the reference)."""
+    from analyzer.metrics import pipeline
+
+    gpu = pl.DataFrame([(0, "compute", 0, 100), (0, "comm", 100, 200), (0, "compute", 350, 380),
+                        (1, "comm", 100, 200), (1, "compute", 300, 600)],
+                       schema={"rank": pl.Int32, "kind": pl.String, "start_ns": pl.Int64, "end_ns": pl.Int64},
+                       orient="row")
+    rows = _p2p([(0, "send", 100, 200, "p", 100, 0, 0), (1, "recv", 100, 200, "p", 100, 0, 0)])
+    win = pl.DataFrame([(r, 1, s, e) for r, (s, e) in windows.items()],
+                       schema={"rank": pl.Int32, "step": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64},
+                       orient="row")
+    offsets = pl.DataFrame({"rank": list(offset_ranks), "off_ns": [0.0] * len(offset_ranks)},
+                           schema={"rank": pl.Int32, "off_ns": pl.Float64})
+    p = pipeline.analyze(rows, gpu, win, offsets)
+    assert p is not None
+    return {r["rank"]: (r["warmup_bubble_ns"], r["steady_bubble_ns"], r["cooldown_bubble_ns"])
+            for r in p["rank_steps"].to_dicts()}
+
+
+def test_pipeline_phases_of_a_rank_without_offset_and_of_a_window_starting_after_the_warmup() -> None:
+    # the last stage (rank 1) is full from B's start (its first compute after its first recv ended at 200) to B's
+    # end: [300, 600]. Both windows [0, 1000], rank 1 missing from the offsets (its clock is the reference):
+    # rank 0 warm-up [0, 300] 100 idle (useful [0, 200]), steady [300, 600] 270 (D's 30 useful), cool-down 400;
+    # rank 1 warm-up [0, 300] 200 idle (the recv [100, 200] useful), steady 0, cool-down [600, 1000] 400
+    assert _small_pipeline({0: (0, 1000), 1: (0, 1000)}, (0,)) == {0: (100, 270, 400), 1: (200, 0, 400)}
+    # rank 0's window starts at 350, after the warm-up ended (300): its warm-up is empty, steady [350, 600] 220
+    # idle (D's 30 useful), cool-down 400
+    assert _small_pipeline({0: (350, 1000), 1: (0, 1000)}, (0, 1)) == {0: (0, 220, 400), 1: (200, 0, 400)}
