@@ -351,7 +351,7 @@ def per_rank(rows: pl.DataFrame, gpu: pl.DataFrame, ranks: list[int],
     dur = (b - a).astype(np.float64)
     kexp = dur - compute.within(a, b)
     wait = rows["wait_ns"].fill_null(0).to_numpy().astype(np.float64)
-    frac = np.divide(np.minimum(wait, dur), dur, out=np.zeros_like(dur), where=dur > 0)
+    frac = np.minimum(wait, dur) / np.maximum(dur, 1.0)  # durations are whole ns: a 0 ns kernel gives 0
     n = pl.coalesce("group_size", "n_ranks")
     kern = rows.select(
         "rank", "dimension", pl.Series("_kexp", kexp), pl.Series("_kwait", kexp * frac), pl.col("wait_ns").fill_null(0),
