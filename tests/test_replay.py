@@ -332,3 +332,45 @@ def test_no_straggler_with_tiled_step_windows(tmp_path: Path, kind: str) -> None
     pred = late.whatif.scenarios.filter(pl.col("name") == "no_straggler")["step_time_ns"][0] / 1e6
     assert _step_ms(late) > 2 * _step_ms(clean)
     assert pred == pytest.approx(_step_ms(clean), rel=0.05)
+
+
+def _spans(gpu, rows, steps, fill) -> dict[tuple[int, int], float]:
+    g = graph.build(gpu, rows, steps)
+    arr = replay.Arrays.of(g)
+    ids = {(r["rank"], r["name"]): r["node"] for r in g.nodes.to_dicts()}
+    mods = replay.Mods.zeros(1, g.n_nodes, g.instances.height)
+    fill(mods, ids)
+    ds, de = replay.run(arr, replay.schedule(arr), mods)
+    seg = replay.segments(g, steps)
+    span = replay.step_spans(seg, ds, de)[0]
+    return {(r, s): float(v) for (r, s), v in zip(seg.table.select("rank", "step").iter_rows(), span)}
+
+
+def test_without_steps_each_ranks_whole_window_is_replayed_as_one_step() -> None:
+    # the hand job with no step table: rank 0's window is [0, 400], rank 1's [0, 380] (step -1). B 50 ns
+    # shorter: the instance ends at 250, D [250, 350], E [300, 330]: windows 350 and 330
+    gpu, rows, _ = hand()
+    no_steps = _steps({}).clear()
+    assert _spans(gpu, rows, no_steps, lambda m, ids: None) == {(0, -1): 400.0, (1, -1): 380.0}
+    got = _spans(gpu, rows, no_steps, lambda m, ids: m.ddur.__setitem__((0, ids[(1, "B")]), -50))
+    assert got == {(0, -1): 350.0, (1, -1): 330.0}
+
+
+def test_a_step_numbered_zero_is_a_step() -> None:
+    # the hand job's one step numbered 0 (profilers count from 0): the same spans as step 1 would give
+    gpu, rows, steps = hand()
+    zero = steps.with_columns(pl.lit(0, dtype=steps.schema["step"]).alias("step"))
+    got = _spans(gpu, rows, zero, lambda m, ids: m.ddur.__setitem__((0, ids[(1, "B")]), -50))
+    assert got == {(0, 0): 350.0, (1, 0): 330.0}
+
+
+def test_step_spans_of_a_one_operation_job_and_of_an_empty_one() -> None:
+    # one kernel in a step [0, 100]: the step lasts 100, and 110 with the kernel 10 ns longer; no operation: no step
+    one = gpu_table([(0, 7, 0, 100, "X", "compute")])
+    assert _spans(one, _no_comm(), _steps({0: 100}), lambda m, ids: None) == {(0, 1): 100.0}
+    assert _spans(one, _no_comm(), _steps({0: 100}), lambda m, ids: m.ddur.__setitem__((0, ids[(0, "X")]), 10)) == {
+        (0, 1): 110.0}
+    g = graph.build(gpu_table([]), _no_comm(), _steps({}))
+    arr = replay.Arrays.of(g)
+    ds, de = replay.run(arr, replay.schedule(arr), replay.Mods.zeros(2, 0, 0))
+    assert replay.step_spans(replay.segments(g, _steps({})), ds, de).shape == (2, 0)
