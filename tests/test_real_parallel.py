@@ -119,3 +119,41 @@ def test_wait_is_traced_to_a_rank_or_to_slower_transfers(analyses: dict, name: s
     assert rooted + xfer == pytest.approx(caused, abs=1e-3)
     if name == "tp_dp_slow":  # its DP groups' all-reduces ran 72 vs 108 ms: that lateness is nobody's
         assert xfer > 0.1 * caused
+
+
+def _union_within(intervals: list[tuple[int, int]], lo: int, hi: int) -> int:
+    """Length of the union of intervals clipped to [lo, hi] (plain Python, for the brute-force check)."""
+    cut = sorted((max(s, lo), min(e, hi)) for s, e in intervals if min(e, hi) > max(s, lo))
+    total, end = 0, lo
+    for s, e in cut:
+        if e > end:
+            total += e - max(s, end)
+            end = e
+    return total
+
+
+@pytest.mark.parametrize("name", [s for s in SETS if s.startswith("pp_1f1b")])
+def test_batched_pipeline_has_stages_and_exact_bubbles(analyses: dict, name: str) -> None:
+    # stages: the mesh's pp coordinate (dims dp x pp, pp fastest: stage = rank % 2), one chain per pp group
+    t = _truth(name)
+    assert t["mesh"]["dims"] == ["dp", "pp"]
+    pp = t["mesh"]["shape"][1]
+    a = _analysis(analyses, name)
+    p = a.pipeline
+    assert p is not None and p["stage_source"] == "pp group" and p["chains"] == len(t["pp_groups"])
+    assert {s: sorted(r) for s, r in p["stages"].select("stage", "ranks").iter_rows()} == {
+        s: [r for r in range(t["world_size"]) if r % pp == s] for s in range(pp)}
+    # bubble of each rank and step, by brute force: the window minus the union of useful work in it (compute,
+    # memcpy/memset, collectives, and the last `transfer` ns of each batched send/recv kernel)
+    gpu, k = a.traces.gpu, a.kernels
+    for r in range(t["world_size"]):
+        work = [(s, e) for s, e in gpu.filter((gpu["rank"] == r) & gpu["kind"].is_in(["compute", "memcpy", "memset"]))
+                .select("start_ns", "end_ns").iter_rows()]
+        for s, e, op, tr in k.filter(k["rank"] == r).select("start_ns", "end_ns", "op", "transfer_ns").iter_rows():
+            work.append((e - tr, e) if op == "send_recv" else (s, e))
+        rows = p["rank_steps"].filter(p["rank_steps"]["rank"] == r)
+        assert rows.height == t["profiled_steps"]
+        for ws, we, bubble, b0, b1, b2 in rows.select("start_ns", "end_ns", "bubble_ns", "warmup_bubble_ns",
+                                                     "steady_bubble_ns", "cooldown_bubble_ns").iter_rows():
+            assert bubble == pytest.approx((we - ws) - _union_within(work, ws, we), abs=1)
+            assert b0 + b1 + b2 == pytest.approx(bubble, abs=1) and min(b0, b1, b2) >= 0

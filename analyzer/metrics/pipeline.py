@@ -2,6 +2,9 @@
 
 Stages come from ``--layout`` (the pp coordinate) or from the p2p topology: ranks linked by matched
 pairs form chains; a chain starts at the end rank whose first transfer of the step is a send.
+Batched send/recv (``batch_isend_irecv``: one SendRecv kernel per batch, matched as a 2-rank exchange, no
+direction) counts as a pair when its group is a pp group (DeviceMesh or layout); its stages then come
+from the layout, else from each rank's position in that pp group (the pipeline's stage order).
 
 Bubble (per rank and step) = the step's GPU span minus the time the GPU did useful work: compute,
 collectives, memcpy/memset and the transfer part of each send/recv (its last ``transfer`` ns); so
@@ -18,6 +21,30 @@ from .flat import FlatAxis
 
 P2P_RULES = ("p2p_peer", "p2p_pair")
 USEFUL_KINDS = ("compute", "memcpy", "memset")
+# a batch's one kernel sends and receives; on the last stage its first batch of a step is the first receive
+_RECEIVING = ("recv", "send_recv")
+
+
+def _batched(rows: pl.DataFrame) -> pl.Expr:
+    """Batched send/recv kernels between two ranks of a pp group (matched as an exchange)."""
+    if "dimension" not in rows.columns:
+        return pl.lit(False)
+    return ((pl.col("match_rule") == "exchange") & (pl.col("op") == "send_recv") & (pl.col("dimension") == "pp")
+            & (pl.len().over("instance") == 2)).fill_null(False)
+
+
+def _group_stages(batched: pl.DataFrame) -> tuple[pl.DataFrame, str] | None:
+    """rank, stage (its position in its pp group's member list), chain (the group's first member)."""
+    members = (
+        batched.filter(pl.col("group_ranks").is_not_null()).select("rank", "group_ranks").unique("rank", keep="first")
+        .with_columns(pl.col("group_ranks").str.split(",").cast(pl.List(pl.Int32)).alias("_m"))
+        .explode("_m").with_columns(pl.int_range(pl.len(), dtype=pl.Int32).over("rank").alias("stage"),
+                                    pl.col("_m").first().over("rank").alias("chain"))
+        .filter(pl.col("_m") == pl.col("rank"))
+    )
+    if members.height == 0 or members["stage"].max() < 1:
+        return None
+    return members.select(pl.col("rank").cast(pl.Int32), "stage", pl.col("chain").cast(pl.Int32)), "pp group"
 
 
 def stages(pairs: pl.DataFrame, layout_stage: pl.Expr | None) -> tuple[pl.DataFrame, str] | None:
@@ -67,11 +94,13 @@ def analyze(rows: pl.DataFrame, gpu: pl.DataFrame, windows: pl.DataFrame, offset
     ``rows``: comm kernels (waits.per_row, with ``match_rule``); ``windows``: rank, step, start_ns, end_ns
     (GPU step windows); ``offsets``: rank, off_ns (subtract to reach the reference clock).
     """
-    pairs = rows.filter(pl.col("match_rule").is_in(P2P_RULES))
+    is_pair = pl.col("match_rule").is_in(P2P_RULES) | _batched(rows)
+    pairs = rows.filter(is_pair)
     if pairs.height == 0 or windows.height == 0:
         return None
     pairs = pairs.with_columns((pl.col("rank").sum().over("instance") - pl.col("rank")).cast(pl.Int32).alias("_peer"))
-    got = stages(pairs, layout_stage)
+    batched = pairs.filter(pl.col("op") == "send_recv")
+    got = stages(pairs, layout_stage) if layout_stage is not None or batched.height == 0 else _group_stages(batched)
     if got is None:
         return None
     st, source = got
@@ -79,7 +108,7 @@ def analyze(rows: pl.DataFrame, gpu: pl.DataFrame, windows: pl.DataFrame, offset
     useful_rows = pl.concat([
         gpu.filter(pl.col("kind").is_in(USEFUL_KINDS)).select("rank", "start_ns", "end_ns"),
         # every collective, matched or not (a null rule is no send/recv pair), is useful work
-        rows.filter((~pl.col("match_rule").is_in(P2P_RULES)).fill_null(True)).select("rank", "start_ns", "end_ns"),
+        rows.filter((~is_pair).fill_null(True)).select("rank", "start_ns", "end_ns"),
         pairs.select("rank", (pl.col("end_ns") - pl.col("transfer_ns")).alias("start_ns"), "end_ns"),
     ])
     useful = axis.coverage(useful_rows)
@@ -104,7 +133,8 @@ def analyze(rows: pl.DataFrame, gpu: pl.DataFrame, windows: pl.DataFrame, offset
         (pl.col("_b0") + pl.col("_b1") + pl.col("_b2")).alias("bubble_ns"),
         (pl.col("end_ns") - pl.col("start_ns")).alias("span_ns"),
     )
-    recv_wait = pairs.filter(pl.col("op") == "recv").group_by("rank").agg(pl.col("wait_ns").sum().alias("recv_wait_ns"))
+    recv_wait = (pairs.filter(pl.col("op").is_in(_RECEIVING)).group_by("rank")
+                 .agg(pl.col("wait_ns").sum().alias("recv_wait_ns")))
     caused = (
         pairs.filter(pl.col("rank") != pl.col("last_rank")).group_by("last_rank").agg(pl.col("wait_ns").sum().alias("c"))
         .join(st.select(pl.col("rank").alias("last_rank"), "stage"), on="last_rank").group_by("stage")
@@ -160,7 +190,7 @@ def _phase_bounds(pairs: pl.DataFrame, gpu: pl.DataFrame, win: pl.DataFrame) -> 
     """Per (chain, step), on the reference clock: when the last stage starts working and when it ends."""
     last = win.filter(pl.col("stage") == pl.col("stage").max().over("chain"))
     lw = last.select("rank", "chain", "step", pl.col("start_ns").alias("ws"), pl.col("end_ns").alias("we"), "off_ns")
-    recv = pairs.filter(pl.col("op") == "recv").join(lw.select("rank").unique(), on="rank").select("rank", "end_ns")
+    recv = pairs.filter(pl.col("op").is_in(_RECEIVING)).join(lw.select("rank").unique(), on="rank").select("rank", "end_ns")
     first_recv = (
         recv.sort("end_ns")
         .join_asof(lw.sort("ws"), left_on="end_ns", right_on="ws", by="rank", strategy="backward", check_sortedness=False)
