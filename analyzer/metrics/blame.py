@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import polars as pl
 
 _MAX_LEVELS = 10_000  # a chain can never be longer than the instances in it; guards a cycle bug
@@ -79,6 +80,13 @@ def _instances(rows: pl.DataFrame) -> pl.DataFrame:
     )
     # each rank's comm kernels in its own order, with running totals of the time it was held (wait) and
     # moving data (transfer): differences of these between two kernels are clock-free
+    # a kernel without a group's member list (Nsight's p2p, a group never described) was shared by its
+    # instance's participants: the definition's "both in" is then literal
+    if rows["group_ranks"].null_count():
+        parts = rows.filter(pl.col("group_ranks").is_null()).group_by("instance").agg(
+            pl.col("rank").sort().cast(pl.Utf8).str.join(",").alias("_parts"))
+        rows = rows.join(parts, on="instance", how="left").with_columns(
+            pl.coalesce("group_ranks", "_parts").alias("group_ranks"))
     nodes = (
         rows.select("rank", "instance", "start_ns", "group_ranks", pl.col("wait_ns").cast(pl.Float64).alias("w"),
                     (pl.col("end_ns") - pl.col("start_ns") - pl.col("wait_ns")).cast(pl.Float64).clip(0.0).alias("x"))
@@ -133,11 +141,7 @@ def _instances(rows: pl.DataFrame) -> pl.DataFrame:
     # the propagated part goes to the collective that held L longest since then
     held = nodes.filter(pl.col("w") > 0).select(pl.col("rank").alias("L"), "ord", "w", pl.col("instance").alias("parent"))
     todo = agg.filter(pl.col("propagated_ns") > 0).select("instance", "L", pl.col("lo").fill_null(-1), "ord_i")
-    parent = (
-        todo.join_where(held, pl.col("L") == pl.col("L_right"), pl.col("ord") > pl.col("lo"),
-                        pl.col("ord") < pl.col("ord_i"))
-        .sort("w", "ord").group_by("instance").agg(pl.col("parent").last())
-    )
+    parent = _parents(held, todo)
     inst = (
         inst.join(agg.select("instance", "propagated_ns", "transfer_ns"), on="instance", how="left")
         .join(parent, on="instance", how="left")
@@ -147,6 +151,38 @@ def _instances(rows: pl.DataFrame) -> pl.DataFrame:
         .with_columns((pl.col("caused_ns") - pl.col("propagated_ns") - pl.col("transfer_ns")).clip(0.0).alias("own_ns"))
     )
     return inst.select(list(_INSTANCE_SCHEMA)).sort("instance")
+
+
+def _parents(held: pl.DataFrame, todo: pl.DataFrame) -> pl.DataFrame:
+    """Per ``todo`` row (instance, L, lo, ord_i): the held kernel of L with lo < ord < ord_i and the largest
+    wait (the later one on a tie). A range-maximum query (sparse table): a range can span L's whole history
+    (no common collective found), so pairing every instance with every earlier hold would be quadratic."""
+    held = held.sort("L", "ord")
+    n = held.height
+    if n == 0 or todo.height == 0:
+        return pl.DataFrame(schema={"instance": pl.Utf8, "parent": pl.Utf8})
+    # the key orders holds by (w, ord): the maximum key is the answer
+    key = np.empty(n, dtype=np.int64)
+    key[np.lexsort((held["ord"].to_numpy(), held["w"].to_numpy()))] = np.arange(n)
+    table = [key]
+    while 2 * (1 << (len(table) - 1)) <= n:
+        prev, half = table[-1], 1 << (len(table) - 1)
+        table.append(np.maximum(prev[:-half], prev[half:]))
+    at = held["L"].cast(pl.Int64).to_numpy() << 32 | held["ord"].cast(pl.Int64).to_numpy()
+    big = todo["L"].cast(pl.Int64).to_numpy() << 32
+    lo = np.searchsorted(at, big | (todo["lo"].cast(pl.Int64).to_numpy() + 1))
+    hi = np.searchsorted(at, big | todo["ord_i"].cast(pl.Int64).to_numpy())
+    ok = hi > lo
+    lo, hi = lo[ok], hi[ok]
+    level = np.floor(np.log2(hi - lo)).astype(np.int64)
+    best = np.empty(lo.size, dtype=np.int64)
+    for j in np.unique(level):  # one gather per level of the table (at most log2 n)
+        m = level == j
+        t = table[j]
+        best[m] = np.maximum(t[lo[m]], t[hi[m] - (1 << j)])
+    order = np.argsort(key)  # key -> row of ``held``
+    return pl.DataFrame({"instance": todo["instance"].filter(pl.Series(ok)),
+                         "parent": held["parent"].gather(order[best])})
 
 
 def _flows(inst: pl.DataFrame) -> pl.DataFrame:
