@@ -98,6 +98,11 @@ class Arrays:
     root: np.ndarray  # the first operation of a node's chain of simple successors (itself if not simple)
     chain_order: np.ndarray  # nodes ordered by (root, start): chains are contiguous, root first
     chain_first: np.ndarray  # for each position in chain_order, the position of its chain's root
+    chain_pos: np.ndarray  # each node's position in chain_order, and n for "none" (reads 0)
+    lead: np.ndarray  # the operations that are not simple (each has an event of its own), ascending
+    chain_lead: np.ndarray  # for each position in chain_order, the index in ``lead`` of its chain's root
+    chain_floor: np.ndarray  # for each position in chain_order: −slack (float), 0 for a chain's root
+    chain_simple: np.ndarray  # for each position in chain_order: 1.0 if simple, else 0.0
 
     @classmethod
     def of(cls, g: Graph) -> Arrays:
@@ -117,64 +122,136 @@ class Arrays:
         order = np.lexsort((start, root))
         first_pos = np.flatnonzero(np.r_[True, root[order][1:] != root[order][:-1]]) if bp.size else order
         chain_first = np.repeat(first_pos, np.diff(np.r_[first_pos, order.size])) if bp.size else order
+        slack = col("slack_ns", 0)
+        pos = np.empty(bp.size + 1, dtype=np.int64)
+        pos[order] = np.arange(bp.size)
+        pos[bp.size] = bp.size
+        lead = np.flatnonzero(~simple)
         return cls(rank=col("rank"), start=start, end=col("end_ns"), dur=col("dur_ns"),
-                   bind_pred=bp, stream_pred=sp, slack=col("slack_ns", 0), inst=inst, wait=col("wait_ns", 0),
+                   bind_pred=bp, stream_pred=sp, slack=slack, inst=inst, wait=col("wait_ns", 0),
                    n_inst=g.instances.sort("inst")["n"].to_numpy().astype(np.int64), n_instances=g.instances.height,
-                   simple=simple, root=root, chain_order=order, chain_first=chain_first)
+                   simple=simple, root=root, chain_order=order, chain_first=chain_first, chain_pos=pos, lead=lead,
+                   chain_lead=np.searchsorted(lead, root[order]), chain_floor=-slack[order].astype(np.float64),
+                   chain_simple=simple[order].astype(np.float64))
 
 
-def _waves(a: Arrays) -> tuple[list[np.ndarray], np.ndarray, np.ndarray, int]:
-    """Greedy waves: each rank's next event, in its time order; a matched kernel's end once all arrived."""
+class _Lists:
+    """Lists of ids per key (successors of an event, ends of an instance), read for a few keys at a time.
+
+    Keys with at most ``width`` items sit in a padded table (one gather); longer lists are read as CSR ranges.
+    """
+
+    def __init__(self, keys: np.ndarray, vals: np.ndarray, n_keys: int, width: int = 4) -> None:
+        o = np.argsort(keys, kind="stable")
+        keys, self.vals = keys[o], vals[o]
+        self.ptr = np.searchsorted(keys, np.arange(n_keys + 1))
+        size = np.diff(self.ptr)
+        self.big = size > width
+        self.any_big = bool(self.big.any())
+        self.table = np.full((n_keys, width), -1, dtype=np.int64)
+        small = ~self.big[keys]
+        col = np.arange(keys.size) - self.ptr[keys]
+        self.table[keys[small], col[small]] = self.vals[small]
+
+    def of(self, keys: np.ndarray) -> np.ndarray:
+        out = self.table[keys].ravel()
+        out = out[out >= 0]
+        if self.any_big:
+            big = keys[self.big[keys]]
+            if big.size:
+                lo = self.ptr[big]
+                cnt = self.ptr[big + 1] - lo
+                ends = np.cumsum(cnt)
+                out = np.concatenate([out, self.vals[np.repeat(lo - ends + cnt, cnt) + np.arange(ends[-1])]])
+        return out
+
+
+def _levels(a: Arrays) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+    """Each event's level: the length of the longest chain of events it depends on (Kahn's algorithm, one
+    pass per level). Events of one level depend only on earlier levels (an end also on its instance's
+    arrivals, which may share its level): the replay's loop runs once per level, not once per event of the
+    busiest rank. Returns start-event nodes and levels, end-event nodes and levels, and the forced ends."""
+    n = a.rank.size
     matched = a.inst >= 0
     lead = np.flatnonzero(~a.simple)  # simple operations follow their chain's root: no event of their own
-    node = np.concatenate([lead, np.flatnonzero(matched)])
-    typ = np.concatenate([np.where(matched[lead], ARR, OP), np.full(int(matched.sum()), END)])
-    t = np.concatenate([a.start[lead], a.end[matched]])
-    # at equal times ends come first (a binding predecessor ends at or before its successor starts)
-    sub = np.where(typ == END, 0, 1)
-    order = np.lexsort((node, sub, t, a.rank[node]))
-    ev_node, ev_type = node[order], typ[order]
-    if ev_node.size == 0:
-        return [], ev_node, ev_type, 0
-    ev_rank = a.rank[ev_node]
-    _, first = np.unique(ev_rank, return_index=True)
-    last = np.append(first[1:], ev_rank.size)
-    is_end = ev_type == END
-    end_inst = np.where(is_end, a.inst[ev_node], 0)
-    arr_inst = np.where(ev_type == ARR, a.inst[ev_node], -1)
-    count = np.zeros(max(a.n_instances, 1), dtype=np.int64)
+    ends = np.flatnonzero(matched)
+    n_s, n_e = lead.size, ends.size
+    # an operation's final event (where its end is known): its end event if matched, else its start
+    fin = np.full(n, -1, dtype=np.int64)
+    fin[lead] = np.arange(n_s)
+    fin[ends] = n_s + np.arange(n_e)
+    bp, sp = a.bind_pred[lead], a.stream_pred[lead]
+    d1 = np.where(bp >= 0, fin[a.root[np.maximum(bp, 0)]], -1)
+    d2 = np.where(sp >= 0, fin[a.root[np.maximum(sp, 0)]], -1)
+    d2 = np.where(d2 == d1, -1, d2)
+    indeg = (d1 >= 0).astype(np.int64) + (d2 >= 0)
+    ids = np.arange(n_s)
+    succ = _Lists(np.concatenate([d1[d1 >= 0], d2[d2 >= 0]]), np.concatenate([ids[d1 >= 0], ids[d2 >= 0]]), n_s + n_e)
+    n_inst = max(a.n_instances, 1)
+    inst_ends = _Lists(a.inst[ends], n_s + np.arange(n_e), n_inst)
+    arr_inst = np.where(matched[lead], a.inst[lead], -1)
     need = a.n_inst if a.n_instances else np.zeros(1, dtype=np.int64)
-    waves: list[np.ndarray] = []
-    forced = 0
-    ptr, stop = first.copy(), last  # live ranks only: a finished rank is dropped
-    while ptr.size:
-        e = end_inst[ptr]
-        ready = ~is_end[ptr] | (count[e] >= need[e])
-        if not ready.all():
-            if not ready.any():  # inconsistent matching: release the blocked ends with what has arrived
-                ready = is_end[ptr]
-                forced += int(ready.sum())
-            sel = ptr[ready]
-        else:
-            sel = ptr
-        waves.append(sel)
-        ai = arr_inst[sel]
-        np.add.at(count, ai[ai >= 0], 1)
-        ptr = ptr + ready
-        alive = ptr < stop
-        if not alive.all():
-            ptr, stop = ptr[alive], stop[alive]
-    return waves, ev_node, ev_type, forced
+    count = np.zeros(n_inst, dtype=np.int64)
+    lev = np.full(n_s + n_e, -1, dtype=np.int64)
+    own_start = np.searchsorted(lead, ends)  # the start event of each end's own kernel (matched ops lead)
+    forced, k = 0, 0
+    fr = np.flatnonzero(indeg == 0)
+    while True:
+        while fr.size:
+            lev[fr] = k
+            ai = arr_inst[fr]
+            got = ai >= 0
+            rel = fr[~got]
+            if got.any():
+                ai = ai[got]
+                np.add.at(count, ai, 1)
+                done = ai[count[ai] == need[ai]]
+                if done.size:
+                    es = inst_ends.of(np.unique(done) if done.size > 1 else done)
+                    es = es[lev[es] < 0]  # an end forced through earlier is not released twice
+                    lev[es] = k
+                    rel = np.concatenate([rel, es])
+            k += 1
+            if not rel.size:
+                fr = rel
+                break
+            nxt = succ.of(rel)
+            np.subtract.at(indeg, nxt, 1)
+            fr = nxt[indeg[nxt] == 0]
+            if fr.size > 1:
+                fr = np.unique(fr)
+        if (lev >= 0).all():
+            break
+        # inconsistent matching (crossing orders): release each rank's earliest blocked end, with what has
+        # arrived, as the ranks' own order would
+        e_lev = lev[n_s:]
+        blocked = np.flatnonzero((e_lev < 0) & (lev[own_start] >= 0))
+        if blocked.size == 0:
+            blocked = np.flatnonzero(e_lev < 0)
+        r = a.rank[ends[blocked]]
+        o = np.lexsort((ends[blocked], a.end[ends[blocked]], r))
+        first = o[np.r_[True, r[o][1:] != r[o][:-1]]]
+        es = n_s + blocked[first]
+        forced += es.size
+        lev[es] = k
+        k += 1
+        nxt = succ.of(es)
+        np.subtract.at(indeg, nxt, 1)
+        fr = nxt[indeg[nxt] == 0]
+        if fr.size > 1:
+            fr = np.unique(fr)
+    return lead, lev[:n_s], ends, lev[n_s:], forced
 
 
 def schedule(a: Arrays) -> Schedule:
-    """The wave order of every event and its layout for :func:`run` (structure only; shared by all scenarios)."""
-    waves, ev_node, ev_type, forced = _waves(a)
-    n, nw = a.rank.size, len(waves)
-    ev = np.concatenate(waves) if waves else np.zeros(0, dtype=np.int64)
-    wave = np.repeat(np.arange(nw), [w.size for w in waves]) if waves else ev
-    end = ev_type[ev] == END
-    x_s, w_s, x_e, w_e = ev_node[ev[~end]], wave[~end], ev_node[ev[end]], wave[end]
+    """The level of every event and its layout for :func:`run` (structure only; shared by all scenarios)."""
+    lead, lev_s, ends, lev_e, forced = _levels(a)
+    n = a.rank.size
+    nw = int(max(lev_s.max(initial=-1), lev_e.max(initial=-1))) + 1
+    o = np.argsort(lev_s, kind="stable")
+    x_s, w_s = lead[o], lev_s[o]
+    o = np.argsort(lev_e, kind="stable")
+    x_e, w_e = ends[o], lev_e[o]
     bp, sp = a.bind_pred[x_s], a.stream_pred[x_s]
     pos = np.full(n, -1, dtype=np.int64)
     pos[x_s] = np.arange(x_s.size)
@@ -199,29 +276,29 @@ def schedule(a: Arrays) -> Schedule:
 def run(a: Arrays, sch: Schedule, mods: Mods) -> tuple[np.ndarray, np.ndarray]:
     """Δs, Δe (S, nodes) of every operation under each scenario row of ``mods``."""
     s, n = mods.ddur.shape
-    # along a chain Δe grows by each member's (gap change, at least −gap) + duration change: a prefix sum
-    step = np.where(a.simple, np.maximum(mods.dgap, -a.slack) + mods.ddur, 0.0)
-    cs = np.cumsum(step[:, a.chain_order], axis=1)
-    del step
-    chain = np.empty_like(cs)
-    chain[:, a.chain_order] = cs - cs[:, a.chain_first]
-    del cs
+    co = a.chain_order
+    # along a chain Δe grows by each member's (gap change, at least −gap) + duration change: a prefix sum,
+    # kept in chain order (column n: 0, what "no predecessor" reads)
+    chain = np.zeros((s, n + 1))
+    c = chain[:, :n]
+    np.maximum(mods.dgap[:, co], a.chain_floor, out=c)
+    c += mods.ddur[:, co]
+    c *= a.chain_simple  # a chain's root starts it at 0
+    np.cumsum(c, axis=1, out=c)
+    c -= c[:, a.chain_first]
     # node-major (rows = nodes) so a wave gathers whole rows; rows n, n+1: "no predecessor" (0, -inf)
     de = np.zeros((n + 2, s))
     de[n + 1] = -np.inf
-    chain_t = np.zeros((n + 2, s))
-    chain_t[:n] = chain.T
     x = sch.x_s
     # per start event, in wave order: what its binding / stream predecessor's end is shifted by
-    after_bind = chain_t[sch.bpx] + mods.dgap.T[x]
-    after_stream = chain_t[sch.spx] - a.slack[x].astype(np.float64)[:, None]
-    del chain_t
-    ddur = mods.ddur.T[x]
+    after_bind = np.ascontiguousarray((chain[:, a.chain_pos[np.minimum(sch.bpx, n)]] + mods.dgap[:, x]).T)
+    after_stream = np.ascontiguousarray((chain[:, a.chain_pos[np.minimum(sch.spx, n)]] - a.slack[x]).T)
+    ddur = np.ascontiguousarray(mods.ddur[:, x].T)
     dstart = np.zeros((x.size, s))
     imax = np.full((max(a.n_instances, 1), s), -np.inf)
     wait = a.wait[x].astype(np.float64)[:, None]
-    hide, dur = mods.hide.T[sch.x_e], a.dur[sch.x_e].astype(np.float64)[:, None]
-    dtr = mods.dtr.T[sch.e_inst]
+    hide, dur = np.ascontiguousarray(mods.hide[:, sch.x_e].T), a.dur[sch.x_e].astype(np.float64)[:, None]
+    dtr = np.ascontiguousarray(mods.dtr[:, sch.e_inst].T)
     # Python ints: indexing a numpy offset array per wave would cost more than the slices it bounds
     s_off, a_off, g_off, e_off = sch.s_off.tolist(), sch.a_off.tolist(), sch.g_off.tolist(), sch.e_off.tolist()
     rb, rs, xe, ei, ep, ap, gf, gi = sch.rb, sch.rs, sch.x_e, sch.e_inst, sch.e_pos, sch.a_pos, sch.g_first, sch.g_inst
@@ -244,10 +321,14 @@ def run(a: Arrays, sch: Schedule, mods: Mods) -> tuple[np.ndarray, np.ndarray]:
         if hi > lo:
             de[xe[lo:hi]] = np.where(hide[lo:hi], dstart[ep[lo:hi]] - dur[lo:hi], imax[ei[lo:hi]] + dtr[lo:hi])
     del after_bind, after_stream, ddur, dtr, hide, imax
-    ds = np.zeros((s, n))
+    # every operation ends where its chain's root does, plus its chain offset; a simple one starts its
+    # duration before that, the others where the waves put them
+    de_out = np.empty((s, n))
+    c += np.ascontiguousarray(de[a.lead].T)[:, a.chain_lead]
+    de_out[:, co] = c
+    del chain, c
+    ds = de_out - mods.ddur
     ds[:, x] = dstart.T
-    de_out = de[:n].T[:, a.root] + chain
-    ds = np.where(a.simple, de_out - mods.ddur, ds)
     return ds, de_out
 
 
