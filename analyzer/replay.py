@@ -101,8 +101,7 @@ class Arrays:
     chain_pos: np.ndarray  # each node's position in chain_order, and n for "none" (reads 0)
     lead: np.ndarray  # the operations that are not simple (each has an event of its own), ascending
     chain_lead: np.ndarray  # for each position in chain_order, the index in ``lead`` of its chain's root
-    chain_floor: np.ndarray  # for each position in chain_order: −slack (float), 0 for a chain's root
-    chain_simple: np.ndarray  # for each position in chain_order: 1.0 if simple, else 0.0
+    chain_floor: np.ndarray  # for each position in chain_order: −slack (float)
 
     @classmethod
     def of(cls, g: Graph) -> Arrays:
@@ -131,8 +130,7 @@ class Arrays:
                    bind_pred=bp, stream_pred=sp, slack=slack, inst=inst, wait=col("wait_ns", 0),
                    n_inst=g.instances.sort("inst")["n"].to_numpy().astype(np.int64), n_instances=g.instances.height,
                    simple=simple, root=root, chain_order=order, chain_first=chain_first, chain_pos=pos, lead=lead,
-                   chain_lead=np.searchsorted(lead, root[order]), chain_floor=-slack[order].astype(np.float64),
-                   chain_simple=simple[order].astype(np.float64))
+                   chain_lead=np.searchsorted(lead, root[order]), chain_floor=-slack[order].astype(np.float64))
 
 
 class _Lists:
@@ -283,9 +281,8 @@ def run(a: Arrays, sch: Schedule, mods: Mods) -> tuple[np.ndarray, np.ndarray]:
     c = chain[:, :n]
     np.maximum(mods.dgap[:, co], a.chain_floor, out=c)
     c += mods.ddur[:, co]
-    c *= a.chain_simple  # a chain's root starts it at 0
     np.cumsum(c, axis=1, out=c)
-    c -= c[:, a.chain_first]
+    c -= c[:, a.chain_first]  # from the chain's root (its own step, first in the sum, cancels)
     # node-major (rows = nodes) so a wave gathers whole rows; rows n, n+1: "no predecessor" (0, -inf)
     de = np.zeros((n + 2, s))
     de[n + 1] = -np.inf

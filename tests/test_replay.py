@@ -374,3 +374,85 @@ def test_step_spans_of_a_one_operation_job_and_of_an_empty_one() -> None:
     arr = replay.Arrays.of(g)
     ds, de = replay.run(arr, replay.schedule(arr), replay.Mods.zeros(2, 0, 0))
     assert replay.step_spans(replay.segments(g, _steps({})), ds, de).shape == (2, 0)
+
+
+def _random_job(rng: np.random.Generator) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """2-4 ranks, compute on two streams, collectives of every rank in one order: each rank arrives when its
+    own compute gets it there, every participant ends at the last arrival + a transfer, and compute goes on
+    beside the collective on the second stream."""
+    n_ranks, n_coll = int(rng.integers(2, 5)), int(rng.integers(1, 6))
+    t = rng.integers(0, 50, n_ranks)
+    ops, comm = [], []
+    for k in range(n_coll):
+        arrive = []
+        for r in range(n_ranks):
+            for j in range(int(rng.integers(0, 4))):
+                stream = 7 if rng.random() < 0.7 else 8
+                d, gap = int(rng.integers(1, 100)), int(rng.integers(0, 30))
+                ops.append((r, stream, int(t[r] + gap), int(t[r] + gap + d), f"k{k}_{j}_{stream}", "compute"))
+                t[r] += gap + d
+            arrive.append(int(t[r] + rng.integers(0, 20)))
+        end = max(arrive) + int(rng.integers(1, 80))
+        for r in range(n_ranks):
+            ops.append((r, 20, arrive[r], end, f"nccl_{k}", "comm"))
+            comm.append((r, 20, arrive[r], end, f"nccl_{k}", f"i{k}"))
+            # the next compute starts beside the collective (stream 8) or after it
+            t[r] = arrive[r] + int(rng.integers(1, 10)) if rng.random() < 0.4 else end
+    return gpu_table(ops), comm_rows(comm)
+
+
+def _oracle(g: graph.Graph, mods: replay.Mods, s: int) -> tuple[np.ndarray, np.ndarray]:
+    """The replay's definition (module doc of analyzer/replay.py), one operation at a time in plain Python."""
+    nodes = g.nodes.to_dicts()
+    members: dict[int, list[int]] = {}
+    for x in nodes:
+        if x["inst"] is not None:
+            members.setdefault(x["inst"], []).append(x["node"])
+    ds: dict[int, float] = {}
+    de: dict[int, float] = {}
+    while len(de) < len(nodes):
+        for x in nodes:
+            i = x["node"]
+            if i not in ds:
+                bp, sp = x["bind_pred"], x["stream_pred"]
+                if (bp is not None and bp not in de) or (sp is not None and sp not in de):
+                    continue
+                after_bind = (de[bp] if bp is not None else 0.0) + mods.dgap[s, i]
+                after_stream = de[sp] - x["slack_ns"] if sp is not None else -np.inf
+                ds[i] = max(after_bind, after_stream)
+                if x["inst"] is None:
+                    de[i] = ds[i] + mods.ddur[s, i]
+            if i in ds and i not in de and all(q in ds for q in members[x["inst"]]):
+                if mods.hide[s, i]:
+                    de[i] = ds[i] - x["dur_ns"]
+                else:
+                    arrivals = [ds[q] - nodes[q]["wait_ns"] for q in members[x["inst"]]]
+                    de[i] = max(arrivals) + mods.dtr[s, x["inst"]]
+    n = len(nodes)
+    return np.array([ds[i] for i in range(n)]), np.array([de[i] for i in range(n)])
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_the_replay_equals_its_definition_one_operation_at_a_time(seed: int) -> None:
+    # random jobs and random changes (durations, gaps, transfers, hidden communication), three scenarios at
+    # once, against a plain-Python replay that computes each operation once everything it depends on is known
+    rng = np.random.default_rng(seed)
+    gpu, rows = _random_job(rng)
+    g = graph.build(gpu, rows, _steps({}).clear())
+    arr = replay.Arrays.of(g)
+    sch = replay.schedule(arr)
+    assert sch.forced == 0
+    n, n_inst = g.n_nodes, g.instances.height
+    mods = replay.Mods.zeros(3, n, n_inst)
+    comm = (g.nodes["kind"] == "comm").to_numpy()
+    for s in range(1, 3):
+        mods.ddur[s] = np.where(comm, 0, rng.integers(-40, 60, n))
+        mods.dgap[s] = np.maximum(rng.integers(-30, 40, n), -g.nodes["gap_ns"].to_numpy())
+        mods.dtr[s] = rng.integers(-20, 50, n_inst)
+        mods.hide[s] = comm & (rng.random(n) < 0.3)
+    ds, de = replay.run(arr, sch, mods)
+    assert not ds[0].any() and not de[0].any()  # nothing changed: nothing moves
+    for s in range(1, 3):
+        want_s, want_e = _oracle(g, mods, s)
+        np.testing.assert_allclose(ds[s], want_s, atol=1e-9)
+        np.testing.assert_allclose(de[s], want_e, atol=1e-9)
