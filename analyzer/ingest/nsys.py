@@ -12,6 +12,7 @@ import shutil
 import sqlite3
 import subprocess
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import polars as pl
@@ -25,6 +26,7 @@ from .nsys_schema import (
     MEM_KIND,
     MEMCPY_KIND,
     SYNC_KIND,
+    Connection,
     Schema,
     check_file,
     col,
@@ -148,16 +150,22 @@ def _read(conn: sqlite3.Connection, source: Path, options: ReadOptions) -> list[
     warnings: list[str] = []
     if not schema.has("StringIds"):
         warnings.append("no StringIds table: kernel and API names unknown")
-    gpu = _gpu(conn, schema, warnings)
-    if gpu.filter(pl.col("kind") != "sync").height == 0:
-        raise TraceError(source, "no GPU activity in this export (no kernels, memcpys or memsets)",
-                         "profile with CUDA tracing on: nsys profile --trace=cuda,nvtx ...")
-    runtime = _runtime(conn, schema, warnings)
+    # the host side (CUDA API calls, NVTX ranges) is read on a second connection beside the GPU tables:
+    # SQLite and the Arrow import release the GIL, so on a large export the two take one read's time
+    host_warnings: tuple[list[str], list[str]] = ([], [])
+    with ThreadPoolExecutor(1) as pool:
+        host = pool.submit(_host_side, conn, host_warnings, options.step_marker)
+        gpu = _gpu(conn, schema, warnings)
+        if gpu.filter(pl.col("kind") != "sync").height == 0:
+            raise TraceError(source, "no GPU activity in this export (no kernels, memcpys or memsets)",
+                             "profile with CUDA tracing on: nsys profile --trace=cuda,nvtx ...")
+        runtime, ranges = host.result()
+    warnings.extend(host_warnings[0])
     gpu = _fill_pid(gpu, runtime, "globalPid" in schema.cols("CUPTI_ACTIVITY_KIND_KERNEL"), warnings)
     # CUDA API calls a table reads: those of this process whose correlation is on its GPU rows
     linked = gpu.select(_pid_corr().alias("k"))["k"].drop_nulls().unique()
     runtime = runtime.filter(_pid_corr().is_in(linked.implode()))
-    ranges = nsys_nvtx.read_ranges(conn, schema, warnings, options.step_marker)
+    warnings.extend(host_warnings[1])
     calls = nsys_nvtx.comm_calls(ranges)
     steps = nsys_nvtx.steps(ranges, options.step_marker)
     if options.step_marker and steps.height == 0:
@@ -191,6 +199,18 @@ def _read(conn: sqlite3.Connection, source: Path, options: ReadOptions) -> list[
         )
         traces.append(_trace(meta, g, rt, rg, cc, st))
     return traces
+
+
+def _host_side(conn: Connection, warnings: tuple[list[str], list[str]], step_marker: str | None
+               ) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """CUDA API calls and NVTX ranges, on a connection (and schema reader) of their own; the warnings of
+    each kept apart, to be reported in order."""
+    twin = conn.twin()
+    try:
+        schema = Schema(twin)
+        return _runtime(twin, schema, warnings[0]), nsys_nvtx.read_ranges(twin, schema, warnings[1], step_marker)
+    finally:
+        twin.close()
 
 
 def _pid_corr() -> pl.Expr:

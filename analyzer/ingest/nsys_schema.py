@@ -101,7 +101,7 @@ def connect(path: Path) -> sqlite3.Connection:
     except sqlite3.Error as exc:
         raise TraceError(path, f"cannot open SQLite database: {exc}") from None
     conn.text_factory = _lenient  # small metadata queries; bulk ones take the fast path in fetch()
-    conn.uri = uri
+    conn.uri = conn.opened = uri
     return conn
 
 
@@ -112,7 +112,8 @@ class Connection(sqlite3.Connection):
     no Python object per row).
     """
 
-    uri: str | None = None
+    uri: str | None = None  # for ADBC; None once the driver is found missing
+    opened: str = ""  # the URI this connection was opened with
     _adbc: tuple[Any, Any] | None = None
 
     def arrow(self) -> Any | None:
@@ -127,6 +128,14 @@ class Connection(sqlite3.Connection):
             db = adbc_driver_manager.AdbcDatabase(driver=adbc_driver_sqlite._driver_path(), uri=self.uri)
             self._adbc = (db, adbc_driver_manager.AdbcConnection(db))
         return self._adbc[1] if self._adbc else None
+
+    def twin(self) -> Connection:
+        """A second connection to the same file, for reading beside this one in another thread."""
+        conn = sqlite3.connect(self.opened, uri=True, timeout=BUSY_TIMEOUT_S, check_same_thread=False,
+                               factory=Connection)
+        conn.text_factory = self.text_factory
+        conn.uri = conn.opened = self.opened
+        return conn
 
     def close(self) -> None:
         if self._adbc is not None:
