@@ -14,12 +14,14 @@ Clock-free delta formulation: every operation gets Δs, Δe (replayed − measur
 With no change every Δ is 0, so the replay reproduces the measured times exactly where the measured
 gaps and waits are consistent; what remains is reported as the replay error.
 
-Order: each rank's events (an operation's start; a matched kernel's end separately, at its end time)
-are processed in its own time order, one event per rank per wave, vectorized over ranks and over
-scenarios. An operation whose binding predecessor is its stream predecessor (most of a compute stream)
-needs no event: along such a chain the deltas add up (a prefix sum from the chain's first operation).
-A kernel's end waits until every participant has arrived (the order in which the real run completed
-them guarantees progress; inconsistent matches are forced through and counted).
+Order: events (an operation's start; a matched kernel's end separately) are grouped in waves by level:
+an event's level is the length of the longest chain of events it depends on (its binding and stream
+predecessors' ends; for an end, its instance's arrivals, which may share its level), so each wave is one
+vectorized step over every event of that level and every scenario. An operation whose binding predecessor
+is its stream predecessor (most of a compute stream) needs no event: along such a chain the deltas add up
+(a prefix sum from the chain's first operation). A kernel's end waits until every participant has arrived;
+inconsistent matches (crossing orders, which no order completes) are forced through, each rank's earliest
+blocked end with what has arrived, and counted.
 The wave schedule depends only on the graph, so it is built once and reused by every scenario.
 """
 
