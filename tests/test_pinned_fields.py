@@ -698,3 +698,27 @@ def test_split_of_windows_that_cut_comm_kernels(tmp_path: Path) -> None:
     assert got.height == len(want) and sum(w > 0 for w, _ in want.values()) > 3 and ones > 3
     for r, key, wait, transfer in got.select("rank", "key", "exposed_wait_ns", "exposed_transfer_ns").iter_rows():
         assert (wait, transfer) == pytest.approx(want[r, key], abs=1e-6), (r, key)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_json_numbers_are_rounded_a_column_at_a_time_bit_for_bit(seed: int) -> None:
+    # the column-wise rounding gives exactly round(x, 6) (or None for null, NaN, inf), ties and huge values
+    # included: k + 0.5 ns, their neighbours one ulp away, values near 2^50 ns, tiny and negative ones
+    import math
+    import random
+
+    import polars as pl
+
+    from analyzer.report.json import _number, _numbers
+
+    rng = random.Random(seed)
+    ties = [(rng.randrange(10**12) + 0.5) / 1e6 for _ in range(2000)]
+    vals = ties + [math.nextafter(t, math.inf) for t in ties] + [math.nextafter(t, -math.inf) for t in ties]
+    vals += [rng.uniform(-1e6, 1e6) for _ in range(5000)] + [rng.uniform(-1e-5, 1e-5) for _ in range(2000)]
+    vals += [2.0**50 / 1e6 * rng.uniform(0.5, 4) for _ in range(500)] + [1e300, -0.0, 0.0, 2.5e-6, 5e-7]
+    vals += [float("nan"), float("inf"), -float("inf"), None]
+    rng.shuffle(vals)
+    got = _numbers(pl.Series(vals, dtype=pl.Float64))
+    want = [_number(v) for v in vals]
+    assert [(g is None, g if g is None else math.copysign(1.0, g), g) for g in got] == \
+        [(w is None, w if w is None else math.copysign(1.0, w), w) for w in want]

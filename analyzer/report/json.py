@@ -10,6 +10,7 @@ import math
 from typing import Any
 
 import msgspec
+import numpy as np
 import polars as pl
 
 from ..analysis import Analysis
@@ -58,6 +59,24 @@ def _number(v: float | None) -> float | None:
     return None if v is None or math.isnan(v) or math.isinf(v) else round(v, 6)
 
 
+def _numbers(s: pl.Series) -> list[float | None]:
+    """``[_number(v) for v in s]``, the same floats bit for bit, a column at a time: round(x, 6) is the
+    double nearest k / 10^6 for k = x * 10^6 rounded, which numpy gives wherever x * 10^6 is not within
+    rounding error of a half (those few, and huge values, go through ``round``)."""
+    x = s.cast(pl.Float64).to_numpy()
+    finite = np.isfinite(x)
+    with np.errstate(invalid="ignore", over="ignore"):
+        f = x * 1e6
+        out = np.rint(f) / 1e6
+        near = finite & ((np.abs(f - np.floor(f) - 0.5) < 1e-6) | (np.abs(f) > 2.0**50))
+    for i in np.flatnonzero(near):
+        out[i] = round(float(x[i]), 6)
+    vals = out.tolist()
+    for i in np.flatnonzero(~finite):
+        vals[i] = None
+    return vals
+
+
 def _plain(dtype: pl.DataType) -> bool:
     """Values ``clean`` leaves as they are (member lists of thousands of ranks, per instance)."""
     return dtype.is_integer() or dtype in (pl.String, pl.Boolean)
@@ -71,10 +90,11 @@ def _records(df: pl.DataFrame, fields: tuple[str, ...]) -> list[dict]:
     values = []
     for c in cols:
         s = df[c]
-        vals = s.to_list()
         if s.dtype.is_float():
-            vals = [_number(v) for v in vals]
-        elif not (_plain(s.dtype) or isinstance(s.dtype, pl.List) and _plain(s.dtype.inner)):
+            values.append(_numbers(s))
+            continue
+        vals = s.to_list()
+        if not (_plain(s.dtype) or isinstance(s.dtype, pl.List) and _plain(s.dtype.inner)):
             vals = [clean(v) for v in vals]  # what clean changes: floats, at any depth
         values.append(vals)
     return [dict(zip(cols, row)) for row in zip(*values)]
