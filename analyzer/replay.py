@@ -34,7 +34,7 @@ import polars as pl
 
 from .graph import Graph
 
-OP, ARR, END = 0, 1, 2
+LIST_WIDTH = 4  # successors / ends per key kept in a padded table; longer lists are read as ranges
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,6 @@ class Arrays:
     """The graph's columns as numpy (null -> -1), read by every replay."""
 
     rank: np.ndarray
-    start: np.ndarray
     end: np.ndarray
     dur: np.ndarray
     bind_pred: np.ndarray
@@ -128,7 +127,7 @@ class Arrays:
         pos[order] = np.arange(bp.size)
         pos[bp.size] = bp.size
         lead = np.flatnonzero(~simple)
-        return cls(rank=col("rank"), start=start, end=col("end_ns"), dur=col("dur_ns"),
+        return cls(rank=col("rank"), end=col("end_ns"), dur=col("dur_ns"),
                    bind_pred=bp, stream_pred=sp, slack=slack, inst=inst, wait=col("wait_ns", 0),
                    n_inst=g.instances.sort("inst")["n"].to_numpy().astype(np.int64), n_instances=g.instances.height,
                    simple=simple, root=root, chain_order=order, chain_first=chain_first, chain_pos=pos, lead=lead,
@@ -186,9 +185,10 @@ def _levels(a: Arrays) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, 
     d2 = np.where(d2 == d1, -1, d2)
     indeg = (d1 >= 0).astype(np.int64) + (d2 >= 0)
     ids = np.arange(n_s)
-    succ = _Lists(np.concatenate([d1[d1 >= 0], d2[d2 >= 0]]), np.concatenate([ids[d1 >= 0], ids[d2 >= 0]]), n_s + n_e)
+    succ = _Lists(np.concatenate([d1[d1 >= 0], d2[d2 >= 0]]), np.concatenate([ids[d1 >= 0], ids[d2 >= 0]]), n_s + n_e,
+                  LIST_WIDTH)
     n_inst = max(a.n_instances, 1)
-    inst_ends = _Lists(a.inst[ends], n_s + np.arange(n_e), n_inst)
+    inst_ends = _Lists(a.inst[ends], n_s + np.arange(n_e), n_inst, LIST_WIDTH)
     arr_inst = np.where(matched[lead], a.inst[lead], -1)
     need = a.n_inst if a.n_instances else np.zeros(1, dtype=np.int64)
     count = np.zeros(n_inst, dtype=np.int64)

@@ -377,10 +377,10 @@ def test_step_spans_of_a_one_operation_job_and_of_an_empty_one() -> None:
 
 
 def _random_job(rng: np.random.Generator) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """2-4 ranks, compute on two streams, collectives of every rank in one order: each rank arrives when its
+    """2-6 ranks, compute on two streams, collectives of every rank in one order: each rank arrives when its
     own compute gets it there, every participant ends at the last arrival + a transfer, and compute goes on
     beside the collective on the second stream."""
-    n_ranks, n_coll = int(rng.integers(2, 5)), int(rng.integers(1, 6))
+    n_ranks, n_coll = int(rng.integers(2, 7)), int(rng.integers(1, 6))
     t = rng.integers(0, 50, n_ranks)
     ops, comm = [], []
     for k in range(n_coll):
@@ -432,10 +432,14 @@ def _oracle(g: graph.Graph, mods: replay.Mods, s: int) -> tuple[np.ndarray, np.n
     return np.array([ds[i] for i in range(n)]), np.array([de[i] for i in range(n)])
 
 
+@pytest.mark.parametrize("width", [1, replay.LIST_WIDTH])
 @pytest.mark.parametrize("seed", range(12))
-def test_the_replay_equals_its_definition_one_operation_at_a_time(seed: int) -> None:
+def test_the_replay_equals_its_definition_one_operation_at_a_time(seed: int, width: int,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     # random jobs and random changes (durations, gaps, transfers, hidden communication), three scenarios at
-    # once, against a plain-Python replay that computes each operation once everything it depends on is known
+    # once, against a plain-Python replay that computes each operation once everything it depends on is known;
+    # width 1: an event's successors and an instance's ends past the first are read as ranges, not the table
+    monkeypatch.setattr(replay, "LIST_WIDTH", width)
     rng = np.random.default_rng(seed)
     gpu, rows = _random_job(rng)
     g = graph.build(gpu, rows, _steps({}).clear())
@@ -456,3 +460,62 @@ def test_the_replay_equals_its_definition_one_operation_at_a_time(seed: int) -> 
         want_s, want_e = _oracle(g, mods, s)
         np.testing.assert_allclose(ds[s], want_s, atol=1e-9)
         np.testing.assert_allclose(de[s], want_e, atol=1e-9)
+
+
+@pytest.mark.parametrize("width", [1, 2, 4])
+@pytest.mark.parametrize("seed", range(4))
+def test_lists_per_key_give_each_keys_items_in_order(seed: int, width: int) -> None:
+    # a padded table for short lists, ranges for long ones: any keys asked together give the items of each,
+    # in key order then insertion order (brute force: a dict of lists)
+    rng = np.random.default_rng(seed)
+    n_keys = int(rng.integers(1, 30))
+    keys = rng.integers(0, n_keys, int(rng.integers(0, 120)))
+    vals = rng.integers(0, 10**6, keys.size)
+    vals[: keys.size // 3] = 0  # id 0 is an item like any other (the table pads with -1)
+    lists = replay._Lists(keys, vals, n_keys, width)
+    by_key: dict[int, list[int]] = {k: [] for k in range(n_keys)}
+    for k, v in zip(keys.tolist(), vals.tolist()):
+        by_key[k].append(v)
+    for _ in range(20):
+        ask = np.unique(rng.integers(0, n_keys, int(rng.integers(1, n_keys + 1))))
+        short = [v for k in ask.tolist() if len(by_key[k]) <= width for v in by_key[k]]
+        long = [v for k in ask.tolist() if len(by_key[k]) > width for v in by_key[k]]
+        assert lists.of(ask).tolist() == short + long
+
+
+def test_crossing_matches_are_released_with_what_had_arrived_then_completed() -> None:
+    # rank 0 runs a [100,200] then b [300,400], rank 1 b then a (no waits: each kernel 100 ns, all transfer).
+    # a's transfer 50 ns longer. Nothing can finish, so each rank's first blocked end is released with what
+    # had arrived: a on rank 0 ends at 0 + 50, b on rank 1 at 0. Then b starts on rank 0 50 ns late (its
+    # 100 ns gap kept) and a on rank 1 on time; a completes (+50 on rank 1 too) and b on rank 0 ends with its
+    # own late arrival (+50): the released ends are not released again
+    gpu = gpu_table([
+        (0, 20, 100, 200, "nccl_a", "comm"), (0, 20, 300, 400, "nccl_b", "comm"),
+        (1, 20, 100, 200, "nccl_b", "comm"), (1, 20, 300, 400, "nccl_a", "comm"),
+    ])
+    rows = comm_rows([(0, 20, 100, 200, "nccl_a", "a"), (1, 20, 300, 400, "nccl_a", "a"),
+                      (0, 20, 300, 400, "nccl_b", "b"), (1, 20, 100, 200, "nccl_b", "b")])
+    g = graph.build(gpu, rows, _steps({0: 400, 1: 400}))
+    inst = {r["instance"]: r["inst"] for r in g.instances.to_dicts()}
+    ids, ds, de, sch = _replay_of(gpu, rows, _steps({0: 400, 1: 400}),
+                                  lambda m, ids: m.dtr.__setitem__((0, inst["a"]), 50))
+    assert sch.forced == 2
+    assert de[ids[(0, "nccl_a")]] == 50 and de[ids[(1, "nccl_b")]] == 0
+    assert ds[ids[(0, "nccl_b")]] == 50 and ds[ids[(1, "nccl_a")]] == 0
+    assert de[ids[(1, "nccl_a")]] == 50 and de[ids[(0, "nccl_b")]] == 50
+
+
+def test_only_each_ranks_earliest_blocked_end_is_forced() -> None:
+    # rank 0 runs a (stream 20) and c (stream 21) side by side, then b; rank 1 runs b, a, c. a and b cross,
+    # so nothing can finish; rank 0 has two blocked ends (a, c), and only its earliest (a) is forced, with
+    # rank 1's b: once they are released the rest completes in order (c is never forced)
+    gpu = gpu_table([
+        (0, 20, 100, 200, "nccl_a", "comm"), (0, 21, 150, 250, "nccl_c", "comm"), (0, 20, 300, 400, "nccl_b", "comm"),
+        (1, 20, 100, 200, "nccl_b", "comm"), (1, 20, 300, 400, "nccl_a", "comm"), (1, 20, 450, 550, "nccl_c", "comm"),
+    ])
+    rows = comm_rows([(0, 20, 100, 200, "nccl_a", "a"), (1, 20, 300, 400, "nccl_a", "a"),
+                      (0, 20, 300, 400, "nccl_b", "b"), (1, 20, 100, 200, "nccl_b", "b"),
+                      (0, 21, 150, 250, "nccl_c", "c"), (1, 20, 450, 550, "nccl_c", "c")])
+    _, ds, de, sch = _replay_of(gpu, rows, _steps({0: 400, 1: 550}), lambda m, ids: None)
+    assert sch.forced == 2
+    assert not ds.any() and not de.any()
