@@ -87,8 +87,14 @@ def _instances(rows: pl.DataFrame) -> pl.DataFrame:
             pl.col("rank").sort().cast(pl.Utf8).str.join(",").alias("_parts"))
         rows = rows.join(parts, on="instance", how="left").with_columns(
             pl.coalesce("group_ranks", "_parts").alias("group_ranks"))
+    # groups by an integer id: member lists run to thousands of ranks (kilobytes of text), and every join
+    # and as-of search below keys on the group
+    gid = pl.col("group_ranks").cast(pl.Categorical).to_physical().cast(pl.Int64).alias("g")
+    members = (rows.select(gid, "group_ranks").unique("g")
+               .with_columns(pl.col("group_ranks").str.split(",").cast(pl.List(pl.Int32)).alias("member"))
+               .select("g", "member").explode("member"))
     nodes = (
-        rows.select("rank", "instance", "start_ns", "group_ranks", pl.col("wait_ns").cast(pl.Float64).alias("w"),
+        rows.select("rank", "instance", "start_ns", gid, pl.col("wait_ns").cast(pl.Float64).alias("w"),
                     (pl.col("end_ns") - pl.col("start_ns") - pl.col("wait_ns")).cast(pl.Float64).clip(0.0).alias("x"))
         .sort("rank", "start_ns")
         .with_columns(pl.int_range(pl.len()).over("rank").alias("ord"),
@@ -105,16 +111,12 @@ def _instances(rows: pl.DataFrame) -> pl.DataFrame:
               on="instance")
     )
     # c: the last collective before i that L and q were both in (L's latest earlier kernel whose group holds q)
-    members = (nodes.select("group_ranks").unique()
-               .with_columns(pl.col("group_ranks").str.split(",").cast(pl.List(pl.Int32)).alias("member"))
-               .explode("member"))
     cand = peers.select("instance", "q", "L", "ord_i").join(members, left_on="q", right_on="member")
-    cand = cand.join(members, left_on=["group_ranks", "L"], right_on=["group_ranks", "member"], how="semi")
-    lhist = nodes.select(pl.col("rank").alias("L"), "group_ranks", pl.col("ord").alias("ord_c"),
-                         pl.col("instance").alias("c"))
+    cand = cand.join(members, left_on=["g", "L"], right_on=["g", "member"], how="semi")
+    lhist = nodes.select(pl.col("rank").alias("L"), "g", pl.col("ord").alias("ord_c"), pl.col("instance").alias("c"))
     common = (
         cand.sort("ord_i").join_asof(lhist.sort("ord_c"), left_on="ord_i", right_on="ord_c",
-                                     by=["L", "group_ranks"], strategy="backward", allow_exact_matches=False,
+                                     by=["L", "g"], strategy="backward", allow_exact_matches=False,
                                      check_sortedness=False)
         .filter(pl.col("c").is_not_null())
         .sort("ord_c").group_by("instance", "q").agg(pl.col("c").last(), pl.col("ord_c").last())
