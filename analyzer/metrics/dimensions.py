@@ -13,6 +13,7 @@ their group's description says otherwise.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -150,15 +151,32 @@ def hosts(metas: tuple) -> pl.DataFrame | None:
     return pl.DataFrame({"rank": ranks, "host": [named[r] for r in ranks]}, schema={"rank": pl.Int32, "host": pl.Utf8})
 
 
-def replicas(groups: pl.DataFrame, world: int) -> dict[int, list[int]]:
+def replicas(groups: pl.DataFrame, world: int) -> Replicas:
     """Each rank's data-parallel peers: the ranks with the same role (pipeline stage, TP position) in the
     other replicas. Only where the DP group is smaller than the job, so that roles exist."""
     dp = groups.filter(pl.col("dimension").is_in(["dp", "fsdp"]) & (pl.col("size") >= 2) & (pl.col("size") < world))
-    out: dict[int, set[int]] = {}
-    for members in dp["ranks"].to_list():
-        for r in members:
-            out.setdefault(r, set()).update(m for m in members if m != r)
-    return {r: sorted(p) for r, p in out.items()}
+    return Replicas(dp["ranks"].to_list())
+
+
+class Replicas(Mapping[int, list[int]]):
+    """rank -> its peers in its DP groups, worked out when asked (the verdict asks for a few candidates):
+    every rank's list at once was 33 M Python ints, 0.9 GB, at 16,384 ranks in DP groups of 2,048."""
+
+    def __init__(self, groups: list[list[int]]) -> None:
+        self._groups = groups
+        self._of: dict[int, list[int]] = {}
+        for i, members in enumerate(groups):
+            for r in members:
+                self._of.setdefault(r, []).append(i)
+
+    def __getitem__(self, rank: int) -> list[int]:
+        return sorted({m for i in self._of[rank] for m in self._groups[i] if m != rank})
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._of)
+
+    def __len__(self) -> int:
+        return len(self._of)
 
 
 def groups(meta_groups: pl.DataFrame, rows: pl.DataFrame, world: int, hosts: pl.DataFrame | None,

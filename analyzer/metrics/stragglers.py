@@ -15,7 +15,7 @@ rank's GPU did while the others already waited: computing (compute) or nothing (
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -121,7 +121,7 @@ def roots(
     blame: Blame,
     comm_ns: dict[int, float],
     cause_of: Callable[[int], dict[str, float]],
-    replicas: dict[int, list[int]] | None = None,
+    replicas: Mapping[int, list[int]] | None = None,
 ) -> list[Verdict]:
     """Independent root stragglers, most costly first (empty: none significant).
 
