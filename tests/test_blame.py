@@ -264,7 +264,12 @@ def test_the_parent_search_is_a_range_maximum(seed: int) -> None:
     rng = random.Random(seed)
     held = [(L, o, float(rng.choice([1, 2, 3, rng.randint(1, 50)])), f"h{L}.{o}")
             for L in range(3) for o in sorted(rng.sample(range(200), rng.randint(0, 60)))]
+    if seed == 0:  # one rank with a single hold
+        held = [h for h in held if h[0] != 1] + [(1, 7, 4.0, "h1.7")]
+    if seed == 1:  # one rank with every ordinal held: ranges up to 300 long (the table's top levels)
+        held = [h for h in held if h[0] != 2] + [(2, o, float(rng.randint(1, 50)), f"h2.{o}") for o in range(300)]
     todo = [(f"i{k}", rng.randrange(4), rng.randint(-1, 200), rng.randint(0, 201)) for k in range(300)]
+    todo += [("whole", 2, -1, 301), ("most", 2, 20, 290)]
     hdf = pl.DataFrame(held, schema={"L": pl.Int32, "ord": pl.Int64, "w": pl.Float64, "parent": pl.Utf8}, orient="row")
     tdf = pl.DataFrame(todo, schema={"instance": pl.Utf8, "L": pl.Int32, "lo": pl.Int64, "ord_i": pl.Int64},
                        orient="row")
@@ -275,3 +280,7 @@ def test_the_parent_search_is_a_range_maximum(seed: int) -> None:
         if cands:
             want[inst] = max(cands, key=lambda h: (h[2], h[1]))[3]
     assert got == want
+    # a single hold in the whole job is found too
+    one = _parents(hdf.head(0).vstack(pl.DataFrame([(0, 5, 3.0, "x")], schema=hdf.schema, orient="row")),
+                   pl.DataFrame([("i", 0, -1, 10)], schema=tdf.schema, orient="row"))
+    assert one.rows() == [("i", "x")]
