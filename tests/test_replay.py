@@ -108,16 +108,22 @@ def test_an_end_waits_for_every_arrival_even_when_its_rank_gets_there_first() ->
     assert de[ids[(0, "D")]] == 50 and de[ids[(1, "E")]] == 50
 
 
-def test_collectives_matched_in_crossing_order_are_forced_through_and_counted() -> None:
-    # rank 0 runs instance a then b, rank 1 b then a: each end waits for an arrival behind the other end.
-    # The replay releases both blocked ends (2 forced ends) instead of stopping, and still ends; a second
-    # crossing pair later (c then d against d then c) is released again: 4 forced ends in all
+def _crossing() -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Rank 0 runs instance a [100,200] then b [300,400] on stream 20, rank 1 b then a (kernels of 100 ns)."""
     gpu = gpu_table([
         (0, 20, 100, 200, "nccl_a", "comm"), (0, 20, 300, 400, "nccl_b", "comm"),
         (1, 20, 100, 200, "nccl_b", "comm"), (1, 20, 300, 400, "nccl_a", "comm"),
     ])
     rows = comm_rows([(0, 20, 100, 200, "nccl_a", "a"), (1, 20, 300, 400, "nccl_a", "a"),
                       (0, 20, 300, 400, "nccl_b", "b"), (1, 20, 100, 200, "nccl_b", "b")])
+    return gpu, rows
+
+
+def test_collectives_matched_in_crossing_order_are_forced_through_and_counted() -> None:
+    # rank 0 runs instance a then b, rank 1 b then a: each end waits for an arrival behind the other end.
+    # The replay releases both blocked ends (2 forced ends) instead of stopping, and still ends; a second
+    # crossing pair later (c then d against d then c) is released again: 4 forced ends in all
+    gpu, rows = _crossing()
     _, _, de, sch = _replay_of(gpu, rows, _steps({0: 400, 1: 400}), lambda m, ids: None)
     assert sch.forced == 2
     assert np.isfinite(de).all()
@@ -489,12 +495,7 @@ def test_crossing_matches_are_released_with_what_had_arrived_then_completed() ->
     # had arrived: a on rank 0 ends at 0 + 50, b on rank 1 at 0. Then b starts on rank 0 50 ns late (its
     # 100 ns gap kept) and a on rank 1 on time; a completes (+50 on rank 1 too) and b on rank 0 ends with its
     # own late arrival (+50): the released ends are not released again
-    gpu = gpu_table([
-        (0, 20, 100, 200, "nccl_a", "comm"), (0, 20, 300, 400, "nccl_b", "comm"),
-        (1, 20, 100, 200, "nccl_b", "comm"), (1, 20, 300, 400, "nccl_a", "comm"),
-    ])
-    rows = comm_rows([(0, 20, 100, 200, "nccl_a", "a"), (1, 20, 300, 400, "nccl_a", "a"),
-                      (0, 20, 300, 400, "nccl_b", "b"), (1, 20, 100, 200, "nccl_b", "b")])
+    gpu, rows = _crossing()
     g = graph.build(gpu, rows, _steps({0: 400, 1: 400}))
     inst = {r["instance"]: r["inst"] for r in g.instances.to_dicts()}
     ids, ds, de, sch = _replay_of(gpu, rows, _steps({0: 400, 1: 400}),
