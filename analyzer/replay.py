@@ -140,7 +140,7 @@ class _Lists:
     Keys with at most ``width`` items sit in a padded table (one gather); longer lists are read as CSR ranges.
     """
 
-    def __init__(self, keys: np.ndarray, vals: np.ndarray, n_keys: int, width: int = 4) -> None:
+    def __init__(self, keys: np.ndarray, vals: np.ndarray, n_keys: int, width: int) -> None:
         o = np.argsort(keys, kind="stable")
         keys, self.vals = keys[o], vals[o]
         self.ptr = np.searchsorted(keys, np.arange(n_keys + 1))
@@ -172,7 +172,7 @@ def _levels(a: Arrays) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, 
     busiest rank. Returns start-event nodes and levels, end-event nodes and levels, and the forced ends."""
     n = a.rank.size
     matched = a.inst >= 0
-    lead = np.flatnonzero(~a.simple)  # simple operations follow their chain's root: no event of their own
+    lead = a.lead  # simple operations follow their chain's root: no event of their own
     ends = np.flatnonzero(matched)
     n_s, n_e = lead.size, ends.size
     # an operation's final event (where its end is known): its end event if matched, else its start
@@ -215,11 +215,7 @@ def _levels(a: Arrays) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, 
             if not rel.size:
                 fr = rel
                 break
-            nxt = succ.of(rel)
-            np.subtract.at(indeg, nxt, 1)
-            fr = nxt[indeg[nxt] == 0]
-            if fr.size > 1:
-                fr = np.unique(fr)
+            fr = _release(succ, indeg, rel)
         if (lev >= 0).all():
             break
         # inconsistent matching (crossing orders): release each rank's earliest blocked end, with what has
@@ -235,12 +231,16 @@ def _levels(a: Arrays) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, 
         forced += es.size
         lev[es] = k
         k += 1
-        nxt = succ.of(es)
-        np.subtract.at(indeg, nxt, 1)
-        fr = nxt[indeg[nxt] == 0]
-        if fr.size > 1:
-            fr = np.unique(fr)
+        fr = _release(succ, indeg, es)
     return lead, lev[:n_s], ends, lev[n_s:], forced
+
+
+def _release(succ: _Lists, indeg: np.ndarray, done: np.ndarray) -> np.ndarray:
+    """The start events left with nothing to wait for once ``done`` events are final (each once)."""
+    nxt = succ.of(done)
+    np.subtract.at(indeg, nxt, 1)
+    fr = nxt[indeg[nxt] == 0]
+    return np.unique(fr) if fr.size > 1 else fr
 
 
 def schedule(a: Arrays) -> Schedule:
