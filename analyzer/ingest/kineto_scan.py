@@ -26,7 +26,9 @@ from .options import ReadOptions
 _SCAN_CATS = (*_GPU_CATS, *(c for c, kind in _CPU_CATS.items() if kind == "annotation"))
 _SCAN_NAMES = (b"record_param_comms", b"ProfilerStep#")  # cpu_op events some table reads, by name
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*')
-_EVENT_END = re.compile(rb"\}\s*[,\]]")
+# an event's end: '}' then the next event's '{' or the array's ']' (a '}, ' inside a kernel name such as
+# ``{lambda(float)#1}, std::array`` is not followed by '{', so it rarely sends a hit to ``_object_around``)
+_EVENT_END = re.compile(rb"\}\s*(?:,\s*\{|\])")
 
 
 def _scan_pattern(cats: tuple[str, ...]) -> re.Pattern[bytes]:
@@ -78,13 +80,22 @@ def scan_select(data: Buffer, header: _Header, options: ReadOptions, cpu_ops: bo
             hits.append(at)
             at = data.find(name, at + len(name), hi)
     found: dict[int, _Event] = {}  # by start: an event hit by its category and its name is kept once
+    ends: dict[int, int] = {}  # by start: where that event's text ends
     for at in hits:
-        if not _decode_at(data, at, lo, hi, found, False):
+        if not _decode_at(data, at, lo, hi, found, ends, False):
             return None
     # runtime calls: only those whose correlation is on a GPU event (the rule of ``launches_of_gpu_work``)
     linked = {_digits(e.args.correlation) for e in found.values() if e.cat in _GPU_CATS and e.args is not None}
+    starts = sorted(found)  # events do not nest, so their spans are disjoint and ordered
+    j, n = 0, len(starts)
     for at, digits in zip(corr_at, corr_digits):
-        if digits in linked and not _decode_at(data, at, lo, hi, found, True):
+        if digits not in linked:
+            continue
+        while j < n and ends[starts[j]] <= at:
+            j += 1
+        if j < n and starts[j] <= at:
+            continue  # a GPU event's own correlation: decoded already (a '{' in its name would mislead rfind)
+        if not _decode_at(data, at, lo, hi, found, ends, True):
             return None
     sel = _Selection(header, options, cpu_ops)
     sel.feed([found[s] for s in sorted(found)])  # file order, as the other paths
@@ -98,12 +109,14 @@ def _digits(value: object) -> bytes | None:
     return None
 
 
-def _decode_at(data: Buffer, at: int, lo: int, hi: int, found: dict[int, _Event], inner: bool) -> bool:
-    """Decode the event around ``at`` into ``found`` (by start); False: it could not be placed.
+def _decode_at(data: Buffer, at: int, lo: int, hi: int, found: dict[int, _Event], ends: dict[int, int],
+               inner: bool) -> bool:
+    """Decode the event around ``at`` into ``found`` and its end into ``ends`` (by start); False: it could
+    not be placed.
 
     ``inner``: the hit is a key inside the event's ``args``, so the event is the object around that
     object's '{'. The usual case inline: the event starts at the nearest '{' before and ends at the first
-    '}' followed by ',' or ']'; a slice that decodes is one whole object spanning ``at``. Anything else
+    ``_EVENT_END``; a slice that decodes is one whole object spanning ``at``. Anything else
     goes to ``_object_around``.
     """
     if inner:
@@ -117,25 +130,26 @@ def _decode_at(data: Buffer, at: int, lo: int, hi: int, found: dict[int, _Event]
     if start >= 0 and m is not None:
         try:
             found[start] = _EVENT.decode(data[start : m.start() + 1])
+            ends[start] = m.start() + 1
             return True
         except (msgspec.MsgspecError, UnicodeDecodeError):
             pass
     got = _object_around(data, at, lo, hi + 1)
     if got is None:
         return False
-    found[got[0]] = got[1]
+    found[got[0]], ends[got[0]] = got[2], got[1]
     return True
 
 
-def _object_around(data: Buffer, at: int, lo: int, stop: int, tries: int = 64) -> tuple[int, _Event] | None:
-    """(start, decoded) of the innermost JSON object enclosing position ``at``; None: not found in ``tries``.
+def _object_around(data: Buffer, at: int, lo: int, stop: int, tries: int = 64) -> tuple[int, int, _Event] | None:
+    """(start, end, decoded) of the innermost JSON object enclosing position ``at``; None: not found in ``tries``.
 
-    Candidates start at a '{' before ``at`` (nearest first) and end at a '}' followed by ',' or ']'
-    after it. A slice that decodes is exactly one complete object that spans ``at``: a '{' inside a
-    string, or one whose object closes before ``at``, leaves invalid or trailing text, and an end
-    inside a string or a nested object leaves the input truncated. So a wrong guess can only fail,
-    never decode into the wrong event. Kernel names hold '}, ' (``{lambda(float)#1}, std::array``), so
-    a first end can be early; a key order with ``args`` before ``cat`` makes a first start wrong.
+    Candidates start at a '{' before ``at`` (nearest first) and end at an ``_EVENT_END`` after it. A
+    slice that decodes is exactly one complete object that spans ``at``: a '{' inside a string, or one
+    whose object closes before ``at``, leaves invalid or trailing text, and an end inside a string or a
+    nested object leaves the input truncated. So a wrong guess can only fail, never decode into the wrong
+    event. A name holding '}, {' makes a first end early; a key order with ``args`` before ``cat``, or a
+    '{' in a name before the hit, makes a first start wrong.
     """
     start = at
     while tries > 0:
@@ -149,7 +163,7 @@ def _object_around(data: Buffer, at: int, lo: int, stop: int, tries: int = 64) -
             if m is None:
                 break
             try:
-                return start, _EVENT.decode(data[start : m.start() + 1])
+                return start, m.start() + 1, _EVENT.decode(data[start : m.start() + 1])
             except (msgspec.MsgspecError, UnicodeDecodeError) as exc:
                 if "truncated" not in str(exc):  # this start is wrong: try the '{' before it
                     break
