@@ -73,13 +73,17 @@ def _paths(path: Path) -> dict[str, RankTrace]:
     opts = ReadOptions()
     out = {}
     paths = (("scan", lambda: kineto_scan.scan_select(data, header, opts, False)),
+             ("scan_windows", lambda: kineto_scan.scan_select(data, header, opts, False)),
              ("chunks", lambda: kineto._fast_select(header, opts, False)))
     for name, select in paths:
-        kineto._CHUNK_BYTES, saved = 2048, kineto._CHUNK_BYTES  # many chunks
+        saved = kineto._CHUNK_BYTES, kineto_scan._WINDOW, kineto_scan._BEHIND
+        kineto._CHUNK_BYTES = 2048  # many chunks
+        if name == "scan_windows":  # windows of ~64 bytes, pages dropped one page behind the passes
+            kineto_scan._WINDOW, kineto_scan._BEHIND = 64, 1
         try:
             sel = select()
         finally:
-            kineto._CHUNK_BYTES = saved
+            kineto._CHUNK_BYTES, kineto_scan._WINDOW, kineto_scan._BEHIND = saved
         if sel is not None:
             tables = sel.tables(kineto._number_times)
             if tables is not None:
@@ -104,7 +108,7 @@ def test_all_paths_agree_on_every_layout(tmp_path: Path, layout: str, tricky: bo
     path.write_text(json.dumps(_doc(tricky), **kwargs))
     traces = _paths(path)
     if scans:
-        assert "scan" in traces, "the scan path fell back"
+        assert "scan" in traces and "scan_windows" in traces, "the scan path fell back"
     assert "chunks" in traces
     _assert_same(traces)
     if tricky:
