@@ -32,6 +32,27 @@ def test_workers_equal_serial(traces: Path) -> None:
     assert _report(traces, jobs=2, cache=True) == ref  # from the cache, in workers
 
 
+def test_recycled_workers_equal_serial(traces: Path, monkeypatch: pytest.MonkeyPatch,
+                                      tmp_path: Path) -> None:
+    """Big tasks get a fresh worker each (Python >= 3.11); here every task counts as big."""
+    import sys
+
+    from analyzer import loader
+    from analyzer.ingest.discover import discover
+
+    monkeypatch.setattr(loader, "_RECYCLE_BYTES", 0)
+    files = discover([traces])
+    chunks = [[i] for i in range(len(files))]
+    assert loader._recycled(files, chunks) == ({"max_tasks_per_child": 1} if sys.version_info >= (3, 11) else {})
+    monkeypatch.setattr(loader, "_RECYCLE_BYTES", 1 << 40)
+    assert loader._recycled(files, chunks) == {}
+    monkeypatch.setattr(loader, "_RECYCLE_BYTES", 0)
+    monkeypatch.setenv("COMMSCOPE_CACHE_DIR", str(tmp_path / "cache"))
+    ref = _report(traces, jobs=1, cache=False)
+    assert _report(traces, jobs=2, cache=False) == ref
+    assert _report(traces, jobs=2, cache=True) == ref  # written by recycled workers, read back
+
+
 def test_lean_cpu_table_keeps_launches_and_annotations(traces: Path) -> None:
     ts = load([traces], LoadOptions(jobs=1, cache=False))
     assert set(ts.cpu["kind"].unique()) <= {"runtime", "annotation"}
