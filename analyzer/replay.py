@@ -151,6 +151,7 @@ class _Lists:
         small = ~self.big[keys]
         col = np.arange(keys.size) - self.ptr[keys]
         self.table[keys[small], col[small]] = self.vals[small]
+        self.slot = np.empty(max(int(self.vals.max(initial=-1)) + 1, 1), dtype=np.int64)  # scratch (_distinct)
 
     def of(self, keys: np.ndarray) -> np.ndarray:
         out = self.table[keys].ravel()
@@ -195,6 +196,7 @@ def _levels(a: Arrays) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, 
     lev = np.full(n_s + n_e, -1, dtype=np.int64)
     own_start = np.searchsorted(lead, ends)  # the start event of each end's own kernel (matched ops lead)
     forced, k = 0, 0
+    inst_slot = np.empty(n_inst, dtype=np.int64)  # scratch for _distinct
     fr = np.flatnonzero(indeg == 0)
     while True:
         while fr.size:
@@ -207,7 +209,7 @@ def _levels(a: Arrays) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, 
                 np.add.at(count, ai, 1)
                 done = ai[count[ai] == need[ai]]
                 if done.size:
-                    es = inst_ends.of(np.unique(done) if done.size > 1 else done)
+                    es = inst_ends.of(_distinct(done, inst_slot))
                     es = es[lev[es] < 0]  # an end forced through earlier is not released twice
                     lev[es] = k
                     rel = np.concatenate([rel, es])
@@ -239,8 +241,17 @@ def _release(succ: _Lists, indeg: np.ndarray, done: np.ndarray) -> np.ndarray:
     """The start events left with nothing to wait for once ``done`` events are final (each once)."""
     nxt = succ.of(done)
     np.subtract.at(indeg, nxt, 1)
-    fr = nxt[indeg[nxt] == 0]
-    return np.unique(fr) if fr.size > 1 else fr
+    return _distinct(nxt[indeg[nxt] == 0], succ.slot)
+
+
+def _distinct(ids: np.ndarray, slot: np.ndarray) -> np.ndarray:
+    """``ids`` without repeats, in no set order (levels do not depend on it); ``slot`` is scratch indexed by
+    id. Two gathers, where np.unique sorts: 36 k calls on a few ids each cost 0.2 s in a 4-rank replay."""
+    if ids.size < 2:
+        return ids
+    at = np.arange(ids.size)
+    slot[ids] = at
+    return ids[slot[ids] == at]
 
 
 def schedule(a: Arrays) -> Schedule:
