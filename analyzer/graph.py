@@ -67,19 +67,19 @@ def build(gpu: pl.DataFrame, rows: pl.DataFrame, steps: pl.DataFrame,
     comm = _comm_rows(rows).with_columns(_name_key()).drop("name")
     ops = ops.join(comm, left_on=["rank", "stream", "start_ns", "_raw_end", "_nh"],
                    right_on=["rank", "stream", "start_ns", "end_ns", "_nh"], how="left").drop("_raw_end", "_nh")
-    off = pl.DataFrame({"rank": list((offsets_ns or {}).keys()), "_off": [round(v) for v in (offsets_ns or {}).values()]},
-                       schema={"rank": pl.Int32, "_off": pl.Int64})
+    # wide frames are joined and sorted as few times as possible: each such step copies every column (a
+    # million operations: ~150 MB a copy); new columns come from narrow frames or expressions
+    off = pl.col("rank").replace_strict(list((offsets_ns or {}).keys()), [round(v) for v in (offsets_ns or {}).values()],
+                                        default=0, return_dtype=pl.Int64)
     ops = assign_steps(ops, steps) if steps.height else ops.with_columns(pl.lit(None, dtype=pl.Int64).alias("step"))
     nodes = (
-        ops.join(off, on="rank", how="left")
-        .sort("rank", "start_ns", "end_ns", "stream", "name")
+        ops.sort("rank", "start_ns", "end_ns", "stream", "name")
         .with_columns(
             pl.int_range(pl.len(), dtype=pl.Int64).alias("node"),
             (pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns"),
-            (pl.col("start_ns") - pl.col("_off").fill_null(0)).alias("a_start_ns"),
-            (pl.col("end_ns") - pl.col("_off").fill_null(0)).alias("a_end_ns"),
+            (pl.col("start_ns") - off).alias("a_start_ns"),
+            (pl.col("end_ns") - off).alias("a_end_ns"),
         )
-        .drop("_off")
         .with_columns(
             pl.int_range(pl.len(), dtype=pl.Int64).over("rank").alias("ordinal"),
             pl.int_range(pl.len(), dtype=pl.Int64).over("rank", "step", "name").alias("occurrence"),
@@ -90,8 +90,10 @@ def build(gpu: pl.DataFrame, rows: pl.DataFrame, steps: pl.DataFrame,
     # binding predecessor: the latest end at or before this start on the rank (any stream)
     ends = nodes.select("rank", pl.col("end_ns").alias("_bp_end"), pl.col("node").alias("bind_pred"))
     ends = ends.sort("_bp_end", "bind_pred")
-    nodes = nodes.join_asof(ends, left_on="start_ns", right_on="_bp_end", by="rank", strategy="backward",
-                            check_sortedness=False).sort("node")
+    bound = nodes.select("node", "rank", "start_ns").join_asof(
+        ends, left_on="start_ns", right_on="_bp_end", by="rank", strategy="backward", check_sortedness=False
+    ).sort("node")
+    nodes = nodes.with_columns(bound["_bp_end"], bound["bind_pred"])
     origin = nodes["a_start_ns"].min() if nodes.height else 0
     nodes = nodes.with_columns(
         pl.max_horizontal(pl.col("start_ns") - pl.col("_sp_end"), pl.lit(0)).alias("slack_ns"),
@@ -99,7 +101,8 @@ def build(gpu: pl.DataFrame, rows: pl.DataFrame, steps: pl.DataFrame,
         .otherwise(pl.col("a_start_ns") - origin).alias("gap_ns"),
     ).drop("_sp_end", "_bp_end")
     instances = _instances(nodes)
-    nodes = nodes.join(instances.select("instance", "inst"), on="instance", how="left").sort("node")
+    inst = nodes.select("node", "instance").join(instances.select("instance", "inst"), on="instance", how="left")
+    nodes = nodes.with_columns(inst.sort("node")["inst"])
     cols = ["node", "rank", "stream", "kind", "name", "start_ns", "end_ns", "dur_ns", "a_start_ns", "a_end_ns", "step",
             "ordinal", "occurrence", "stream_pred", "slack_ns", "bind_pred", "gap_ns", "inst", "wait_ns",
             "transfer_ns", "op", "pg", "bytes", "group_n"]
@@ -150,10 +153,13 @@ def _instances(nodes: pl.DataFrame) -> pl.DataFrame:
 def _edges(nodes: pl.DataFrame, instances: pl.DataFrame) -> pl.DataFrame:
     # ordered by (dst, kind, src); the kind sorts by a small code (its names' alphabetical order), not its text
     order = {k: i for i, k in enumerate(sorted(EDGE_KINDS))}
-    stream = nodes.filter(pl.col("stream_pred").is_not_null()).select(
-        pl.col("stream_pred").alias("src"), pl.col("node").alias("dst"), pl.lit(order["stream"], pl.Int8).alias("_k"))
-    binding = nodes.filter(pl.col("bind_pred").is_not_null()).select(
-        pl.col("bind_pred").alias("src"), pl.col("node").alias("dst"), pl.lit(order["binding"], pl.Int8).alias("_k"))
+    # select, then filter: filtering the wide node frame first copied all its columns (~200 MB here)
+    stream = nodes.select(
+        pl.col("stream_pred").alias("src"), pl.col("node").alias("dst"), pl.lit(order["stream"], pl.Int8).alias("_k")
+    ).filter(pl.col("src").is_not_null())
+    binding = nodes.select(
+        pl.col("bind_pred").alias("src"), pl.col("node").alias("dst"), pl.lit(order["binding"], pl.Int8).alias("_k")
+    ).filter(pl.col("src").is_not_null())
     coll = (
         instances.select(pl.col("last_node").alias("src"), pl.col("instance_rows").alias("dst"))
         .explode("dst").filter(pl.col("dst") != pl.col("src"))
