@@ -289,19 +289,21 @@ def _gpu(conn: sqlite3.Connection, schema: Schema, warnings: list[str]) -> pl.Da
             f'FROM "{table}" t WHERE t.start IS NOT NULL AND t."end" IS NOT NULL'
         )
         raw = fetch(conn, sql, _GPU_RAW)
+        # name and kind depend only on the (a, b, c) ids: worked out once per distinct triple (a few dozen)
+        # and joined back on the integers. Unique and join on a million kernel names' text took 0.5 GB.
+        keys = raw.select("a", "b", "c", "name").unique(["a", "b", "c"], keep="first")
         if table == "CUPTI_ACTIVITY_KIND_KERNEL":
-            strings = string_lookup(conn, schema, [raw["a"], raw["b"], raw["c"]])
+            strings = string_lookup(conn, schema, [keys["a"], keys["b"], keys["c"]])
             names = [name_of(pl.col(c), strings) for c in ("a", "b", "c")]
-            raw = raw.with_columns(pl.coalesce(names).alias("name"))
-        frames.append(_gpu_names(raw, table))
+            keys = keys.with_columns(pl.coalesce(names).alias("name"))
+        keys = _gpu_names(keys, table)
+        keys = keys.with_columns(gpu_kind(pl.col("category"), pl.col("name")).alias("kind")).drop("category")
+        frames.append(raw.drop("name").join(keys, on=["a", "b", "c"], how="left", nulls_equal=True,
+                                            maintain_order="left"))
     if not frames:
         return pl.DataFrame(schema={**GPU_SCHEMA, "pid": pl.Int64}).drop("rank")
     gpu = pl.concat(frames).with_columns(pl.col("device").fill_null(0), pid_of(pl.col("gpid")).alias("pid"))
-    # the kind rule (regexes on the name) once per distinct name, not once per kernel
-    kinds = gpu.select("category", "name").unique().with_columns(gpu_kind(pl.col("category"), pl.col("name"))
-                                                                 .alias("kind"))
-    return gpu.join(kinds, on=["category", "name"], how="left", nulls_equal=True, maintain_order="left").drop(
-        "gpid", "category", "a", "b", "c")
+    return gpu.drop("gpid", "a", "b", "c")
 
 
 def _label(expr: pl.Expr, mapping: dict[int, str]) -> pl.Expr:
