@@ -225,3 +225,102 @@ def test_fuzzed_documents_read_exactly_like_the_exact_path(tmp_path: Path) -> No
         _assert_same({"read": got, "exact": ref})
         agreed += 1
     assert agreed >= 20 and rejected >= 5, (agreed, rejected)  # both outcomes were exercised
+
+
+def test_scan_pattern_finds_categories_and_correlation_digits() -> None:
+    """One pattern, two kinds of hit: a listed category (no digits) or a correlation key (its digits)."""
+    pat = kineto_scan._scan_pattern(("kernel", "gpu_memcpy"))
+    text = (b'{"cat": "kernel", "x": 1}, {"cat":"gpu_memcpy"}, {"cat": "kernel_x"}, {"cat": "cpu_op"}, '
+            b'{"args": {"correlation" :  -42}}, {"args": {"correlation": 7.0}}, {"name": "cat"}')
+    got = [(m.start(), m[1]) for m in pat.finditer(text)]
+    assert got == [(text.index(b'"cat": "kernel"'), None), (text.index(b'"cat":"gpu_memcpy"'), None),
+                   (text.index(b'"correlation" :'), b"-42"), (text.index(b'"correlation": 7'), b"7")]
+
+
+def test_odd_correlations_read_like_the_exact_path(tmp_path: Path) -> None:
+    """A GPU event without args, a negative correlation and one of 19 digits (inside int64, too long for the
+    scan's fast number): their launches are kept exactly as the exact path keeps them."""
+    doc = _doc(False)
+    events = doc["traceEvents"]
+    t0 = next(e for e in events if e.get("cat") == "kernel")["ts"]
+    big = 10**18 + 7  # 19 digits, < 2^63
+    huge = 10**19 - 1  # 19 digits, >= 2^63: no int64 holds it (both paths read it as null)
+    for corr, name in ((-7, "neg_corr"), (big, "big_corr"), (huge, "huge_corr")):
+        events += [
+            {"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": 7, "ts": t0 + 3, "dur": 1.0,
+             "args": {"device": 0, "stream": 7, "correlation": corr}},
+            {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": t0 + 2,
+             "dur": 1.0, "args": {"cbid": 211, "correlation": corr}},
+        ]
+    events.append({"ph": "X", "cat": "gpu_memset", "name": "Memset", "pid": 0, "tid": 7, "ts": t0 + 4, "dur": 1.0})
+    events.append({"ph": "X", "cat": "kernel", "name": "no_corr", "pid": 0, "tid": 7, "ts": t0 + 5, "dur": 1.0,
+                   "args": {"device": 0, "stream": 7}})
+    path = tmp_path / "rank0.json"
+    path.write_text(json.dumps(doc))
+    traces = _paths(path)
+    assert "scan" in traces
+    _assert_same(traces)
+    launches = traces["scan"].cpu.filter(pl.col("kind") == "runtime")["correlation"].to_list()
+    assert -7 in launches and big in launches
+
+
+def test_scan_with_cpu_ops_matches_the_exact_path(tmp_path: Path) -> None:
+    """``cpu_ops=True`` scans for the cpu_op category as well; the tables equal the exact path's."""
+    path = tmp_path / "rank0.json"
+    path.write_text(json.dumps(_doc(True)))
+    data = kineto._file_bytes(path)
+    header = kineto._HEADER.decode(data)
+    sel = kineto_scan.scan_select(data, header, ReadOptions(), True)
+    assert sel is not None
+    scan = kineto._rank_trace(path, kineto._rank_meta(path, sel.header, ReadOptions()), sel.tables(kineto._number_times))
+    (exact,) = kineto.read_tables_exact(path, ReadOptions(), cpu_ops=True)
+    _assert_same({"scan": scan, "exact": exact})
+    assert (exact.cpu["kind"] == "op").sum() > 0
+
+
+def _mapped_rss_kb(path: Path) -> int:
+    """Resident kB of this process's mappings of ``path`` (/proc/self/smaps)."""
+    total, inside = 0, False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        if line[:1].isdigit() or line[:1] in "abcdef" and "-" in line.split()[0]:
+            inside = line.rstrip().endswith(str(path))
+        elif inside and line.startswith("Rss:"):
+            total += int(line.split()[1])
+    return total
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="needs Linux /proc")
+def test_pages_behind_a_pass_leave_the_process(tmp_path: Path) -> None:
+    """The scan's page dropping, measured on a real mapping: what a pass left behind is no longer resident,
+    what lies ahead and the last ``_BEHIND`` bytes still are, and a restart drops everything."""
+    import mmap
+
+    size = 16 << 20  # big enough that huge-page mappings (2 MB, dropped whole) leave a margin
+    path = tmp_path / "big.bin"
+    path.write_bytes(bytes(size))
+    with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        assert sum(data[i] for i in range(0, size, mmap.PAGESIZE)) == 0  # touch every page
+        full = _mapped_rss_kb(path)
+        assert full * 1024 >= size * 0.9
+        saved = kineto_scan._BEHIND
+        kineto_scan._BEHIND = 8 * mmap.PAGESIZE
+        try:
+            pages = kineto_scan._Resident(data)
+            pages.behind(10 * mmap.PAGESIZE)  # less than 2 x _BEHIND ahead of what was dropped: nothing yet
+            assert pages.done == 0
+            pos = size // 2 + 123
+            pages.behind(pos)
+            done = (pos - kineto_scan._BEHIND) // mmap.PAGESIZE * mmap.PAGESIZE
+            assert pages.done == done
+            behind = 2 * kineto_scan._BEHIND  # the next drop waits until the pass is this far past it
+            pages.behind(done + behind - mmap.PAGESIZE)
+            assert pages.done == done
+            pages.behind(done + behind)
+            assert pages.done == done + kineto_scan._BEHIND
+            left = _mapped_rss_kb(path) * 1024  # dropped: at least the pages asked; kept: the rest, less
+            assert size - pages.done - (2 << 20) <= left <= size - pages.done  # one huge page at most
+            pages.restart()
+            assert pages.done == 0 and _mapped_rss_kb(path) == 0
+        finally:
+            kineto_scan._BEHIND = saved
+    assert kineto_scan._Resident(b"bytes are left alone").data is None
