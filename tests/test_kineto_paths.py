@@ -324,3 +324,19 @@ def test_pages_behind_a_pass_leave_the_process(tmp_path: Path) -> None:
         finally:
             kineto_scan._BEHIND = saved
     assert kineto_scan._Resident(b"bytes are left alone").data is None
+
+
+def test_an_event_the_scan_cannot_place_sends_the_file_down_another_path(tmp_path: Path) -> None:
+    """A kernel name with more false event ends ('}, {') than the scan tries: the scan gives up (None), and
+    read_tables still returns the exact path's tables, that kernel included."""
+    doc = _doc(False)
+    kernel = next(e for e in doc["traceEvents"] if e.get("cat") == "kernel")
+    kernel["name"] = "f<" + "{a}, {b}, " * 80 + ">"
+    path = tmp_path / "rank0.json"
+    path.write_text(json.dumps(doc, separators=(",", ":")))
+    data = kineto._file_bytes(path)
+    assert kineto_scan.scan_select(data, kineto._HEADER.decode(data), ReadOptions(), False) is None
+    (t,) = kineto.read_tables(path, ReadOptions(), cpu_ops=False)
+    (exact,) = kineto.read_tables_exact(path, ReadOptions(), cpu_ops=False)
+    _assert_same({"read": t, "exact": exact})
+    assert kernel["name"] in t.gpu["name"].to_list()
