@@ -5,9 +5,9 @@ finds the ``"cat"`` keys of the GPU and annotation categories and every ``"corre
 ``bytes.find`` passes (``record_param_comms``, ``ProfilerStep#``) add hits, and the innermost JSON object
 around each category or name hit is decoded. Runtime calls are found by their correlation instead:
 only those whose number is on a decoded GPU event (launches of kernels, copies, syncs: ~10% of the
-runtime calls in real captures) are decoded. The rest
--- other runtime calls, ac2g flows, cpu_op, python_function -- never becomes a Python object. None
-means "could not place an event": ``kineto.py`` then takes the chunked path.
+runtime calls in real captures) are decoded. The rest -- other runtime calls, ac2g flows, cpu_op,
+python_function -- never becomes a Python object. None means "could not place an event": ``kineto.py``
+then takes the chunked path.
 """
 
 from __future__ import annotations
@@ -54,10 +54,11 @@ _BEHIND = 8 << 20  # pages further than this behind a pass are dropped from this
 class _Resident:
     """Keeps the passes over a mapped file from holding the whole file in this process's memory.
 
-    Every pass (msgspec's validation, the scan, the two decodes) reads the file front to back; pages it
-    has left behind are dropped from this process (``MADV_DONTNEED``: the page cache keeps them and a
-    later read maps them again, so results cannot change). Two parse workers each mapping a 500 MB rank
-    were half of the 2 GB peak of a 4-rank run. Inflated gzip (bytes) is left alone.
+    The scan's two passes (the windows with their decodes, then the launches) read the file front to
+    back; pages a pass has left behind are dropped from this process (``MADV_DONTNEED``: the page cache
+    keeps them and a later read maps them again, so results cannot change). msgspec's validation before
+    them still maps the whole file: that is a worker's peak. Two parse workers each holding a 500 MB
+    rank's pages were half of the 2 GB peak of a 4-rank run. Inflated gzip (bytes) is left alone.
     """
 
     def __init__(self, data: Buffer) -> None:
@@ -97,8 +98,8 @@ def scan_select(data: Buffer, header: _Header, options: ReadOptions, cpu_ops: bo
     if data[lo : lo + 1] != b"[" or data[hi : hi + 1] != b"]" or body[:1] != b"[":
         return None
     pages = _Resident(data)
-    # correlation hits and their numbers, for after the GPU events are known: kept in arrays, since ~1 M
-    # int objects outliving the scan's other objects left ~200 MB of Python's arenas unreturnable
+    # correlation hits and their numbers, for after the GPU events are known: int64 arrays, not ~1 M
+    # Python objects each (64 MB less at the scan's peak on a 500 MB rank)
     corr_at, corr_num = array("q"), array("q")
     found: dict[int, _Event] = {}  # by start: an event hit by its category and its name is kept once
     ends: dict[int, int] = {}  # by start: where that event's text ends
