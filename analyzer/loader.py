@@ -255,8 +255,9 @@ def _read_all(files: list[TraceFile], options: LoadOptions) -> list[list[RankTra
         ctx = worker_context()
         stored: dict[int, _Stored] = {}
         chunks = _chunks(files, todo, jobs)
-        with ProcessPoolExecutor(max_workers=min(jobs, len(chunks)), mp_context=ctx,
-                                 **_recycled(files, chunks)) as pool, no_main_reimport():
+        # the script stays hidden until the pool has shut down: a recycled worker can be replaced late
+        with no_main_reimport(), ProcessPoolExecutor(max_workers=min(jobs, len(chunks)), mp_context=ctx,
+                                                     **_recycled(files, chunks)) as pool:
             from .ingest.cache import cache_dir
 
             root = str(cache_dir())
