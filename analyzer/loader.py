@@ -159,7 +159,9 @@ _RECYCLE_BYTES = 64 << 20  # a task of this many file bytes gets a fresh worker 
 def _recycled(files: list[TraceFile], chunks: list[list[int]]) -> dict[str, int]:
     """A fresh worker per task when tasks are big (Python >= 3.11). Python keeps a worker's freed memory
     (about 180 MB of arenas after a 500 MB rank: a few live objects pin them), so a worker's second big
-    rank peaked ~300 MB above its first; a fork from the server costs ~0.05 s against seconds of parsing."""
+    rank peaked ~300 MB above its first; a fork from the server costs ~0.05 s against seconds of parsing.
+    The limit is 1: CPython's executor can deadlock with a limit above 1 (gh-115634: a completion that is
+    not a worker's last leaves a stale idle token), never with 1."""
     if sys.version_info < (3, 11):
         return {}
     sizes = []
