@@ -51,33 +51,28 @@ def test_import_is_cheap() -> None:
     assert out.returncode == 0 and out.stdout.strip() == "[]", out.stderr
 
 
-def test_a_script_without_a_main_guard_can_use_worker_processes(tmp_path: Path) -> None:
-    # workers must not re-run the caller's script (they would start workers of their own and fail)
+def _unguarded_script(tmp_path: Path, setup: str = "") -> subprocess.CompletedProcess[str]:
+    """Run a script with no ``if __name__ == "__main__":`` guard that analyzes a real 8-rank set in 2 workers."""
     folder = SAMPLES / "real_parallel" / "tp_dp_mps_slow"
     script = tmp_path / "job.py"
     script.write_text(
-        "import analyzer\n"
+        "import analyzer, analyzer.loader\n" + setup +
         f"a = analyzer.analyze({str(folder)!r}, jobs=2, cache=False)\n"
         "print('ranks', a.ranks.height, 'verdict', a.verdict.rank)\n"
     )
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines() == ["ranks 8 verdict 5"]
+    return out
+
+
+def test_a_script_without_a_main_guard_can_use_worker_processes(tmp_path: Path) -> None:
+    # workers must not re-run the caller's script (they would start workers of their own and fail)
+    _unguarded_script(tmp_path)
 
 
 def test_a_script_without_a_main_guard_with_recycled_workers(tmp_path: Path) -> None:
     # every task in a fresh worker (as for big files): a worker replaced while the pool shuts down must not
     # re-run the script either (it did: tracebacks on stderr from a late replacement, the result still right)
-    folder = SAMPLES / "real_parallel" / "tp_dp_mps_slow"
-    script = tmp_path / "job.py"
-    script.write_text(
-        "import analyzer, analyzer.loader\n"
-        "analyzer.loader._RECYCLE_BYTES = 0\n"
-        "analyzer.loader._CHUNK_FILES = 1\n"
-        f"a = analyzer.analyze({str(folder)!r}, jobs=2, cache=False)\n"
-        "print('ranks', a.ranks.height, 'verdict', a.verdict.rank)\n"
-    )
-    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.strip().splitlines() == ["ranks 8 verdict 5"]
+    out = _unguarded_script(tmp_path, "analyzer.loader._RECYCLE_BYTES = 0\nanalyzer.loader._CHUNK_FILES = 1\n")
     assert "Traceback" not in out.stderr, out.stderr[-2000:]
