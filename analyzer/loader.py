@@ -135,16 +135,23 @@ _CHUNK_FILES = 64
 _CHUNK_BYTES = 32 << 20
 
 
-def _chunks(files: list[TraceFile], todo: list[int], jobs: int) -> list[list[int]]:
-    """Consecutive files grouped into tasks, at least ~4 per worker where there are that many files."""
-    limit = max(1, min(_CHUNK_FILES, len(todo) // (4 * jobs)))
-    out: list[list[int]] = []
-    size = 0
+def _sizes(files: list[TraceFile], todo: list[int]) -> dict[int, int]:
+    """Each file's size, read once for grouping and for recycling (unreadable: as big as a pack)."""
+    out = {}
     for i in todo:
         try:
-            n = files[i].path.stat().st_size
+            out[i] = files[i].path.stat().st_size
         except OSError:
-            n = _CHUNK_BYTES
+            out[i] = _CHUNK_BYTES
+    return out
+
+
+def _chunks(sizes: dict[int, int], jobs: int) -> list[list[int]]:
+    """Consecutive files grouped into tasks, at least ~4 per worker where there are that many files."""
+    limit = max(1, min(_CHUNK_FILES, len(sizes) // (4 * jobs)))
+    out: list[list[int]] = []
+    size = 0
+    for i, n in sizes.items():
         if not out or len(out[-1]) >= limit or size + n > _CHUNK_BYTES:
             out.append([])
             size = 0
@@ -153,24 +160,19 @@ def _chunks(files: list[TraceFile], todo: list[int], jobs: int) -> list[list[int
     return out
 
 
-_RECYCLE_BYTES = 64 << 20  # a task of this many file bytes gets a fresh worker (``_recycled``)
+_RECYCLE_BYTES = 64 << 20  # a file this big gets a fresh worker (``_recycled``)
 
 
-def _recycled(files: list[TraceFile], chunks: list[list[int]]) -> dict[str, int]:
-    """A fresh worker per task when tasks are big (Python >= 3.11). Python keeps a worker's freed memory
-    (about 180 MB of arenas after a 500 MB rank: a few live objects pin them), so a worker's second big
-    rank peaked ~300 MB above its first; a fork from the server costs ~0.05 s against seconds of parsing.
-    The limit is 1: CPython's executor can deadlock with a limit above 1 (gh-115634: a completion that is
-    not a worker's last leaves a stale idle token), never with 1."""
-    if sys.version_info < (3, 11):
+def _recycled(sizes: dict[int, int]) -> dict[str, int]:
+    """A fresh worker per task when a file is big (Python >= 3.11; a pack of small files stays under
+    ``_CHUNK_BYTES``). Python keeps a worker's freed memory (about 180 MB of arenas after a 500 MB rank: a
+    few live objects pin them), so a worker's second big rank peaked ~300 MB above its first; a fork from
+    the server costs ~0.05 s against seconds of parsing. The limit is 1: CPython's executor can deadlock
+    with a limit above 1 (gh-115634: a completion that is not a worker's last leaves a stale idle token),
+    never with 1."""
+    if sys.version_info < (3, 11) or not sizes or max(sizes.values()) < _RECYCLE_BYTES:
         return {}
-    sizes = []
-    for c in chunks:
-        try:
-            sizes.append(sum(files[i].path.stat().st_size for i in c))
-        except OSError:
-            sizes.append(0)
-    return {"max_tasks_per_child": 1} if sizes and max(sizes) >= _RECYCLE_BYTES else {}
+    return {"max_tasks_per_child": 1}
 
 
 def _from_workers(stored: list[_Stored]) -> list[list[RankTrace] | None]:
@@ -256,10 +258,11 @@ def _read_all(files: list[TraceFile], options: LoadOptions) -> list[list[RankTra
         # and events at a time.
         ctx = worker_context()
         stored: dict[int, _Stored] = {}
-        chunks = _chunks(files, todo, jobs)
+        sizes = _sizes(files, todo)
+        chunks = _chunks(sizes, jobs)
         # the script stays hidden until the pool has shut down: a recycled worker can be replaced late
         with no_main_reimport(), ProcessPoolExecutor(max_workers=min(jobs, len(chunks)), mp_context=ctx,
-                                                     **_recycled(files, chunks)) as pool:
+                                                     **_recycled(sizes)) as pool:
             from .ingest.cache import cache_dir
 
             root = str(cache_dir())

@@ -42,10 +42,10 @@ def test_recycled_workers_equal_serial(traces: Path, monkeypatch: pytest.MonkeyP
 
     monkeypatch.setattr(loader, "_RECYCLE_BYTES", 0)
     files = discover([traces])
-    chunks = [[i] for i in range(len(files))]
-    assert loader._recycled(files, chunks) == ({"max_tasks_per_child": 1} if sys.version_info >= (3, 11) else {})
+    sizes = loader._sizes(files, list(range(len(files))))
+    assert loader._recycled(sizes) == ({"max_tasks_per_child": 1} if sys.version_info >= (3, 11) else {})
     monkeypatch.setattr(loader, "_RECYCLE_BYTES", 1 << 40)
-    assert loader._recycled(files, chunks) == {}
+    assert loader._recycled(sizes) == {}
     monkeypatch.setattr(loader, "_RECYCLE_BYTES", 0)
     monkeypatch.setenv("COMMSCOPE_CACHE_DIR", str(tmp_path / "cache"))
     ref = _report(traces, jobs=1, cache=False)
