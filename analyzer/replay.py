@@ -151,7 +151,6 @@ class _Lists:
         small = ~self.big[keys]
         col = np.arange(keys.size) - self.ptr[keys]
         self.table[keys[small], col[small]] = self.vals[small]
-        self.slot = np.empty(max(int(self.vals.max(initial=-1)) + 1, 1), dtype=np.int64)  # scratch (_distinct)
 
     def of(self, keys: np.ndarray) -> np.ndarray:
         out = self.table[keys].ravel()
@@ -196,7 +195,7 @@ def _levels(a: Arrays) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, 
     lev = np.full(n_s + n_e, -1, dtype=np.int64)
     own_start = np.searchsorted(lead, ends)  # the start event of each end's own kernel (matched ops lead)
     forced, k = 0, 0
-    inst_slot = np.empty(n_inst, dtype=np.int64)  # scratch for _distinct
+    inst_slot, start_slot = np.empty(n_inst, dtype=np.int64), np.empty(max(n_s, 1), dtype=np.int64)  # _distinct
     fr = np.flatnonzero(indeg == 0)
     while True:
         while fr.size:
@@ -217,7 +216,7 @@ def _levels(a: Arrays) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, 
             if not rel.size:
                 fr = rel
                 break
-            fr = _release(succ, indeg, rel)
+            fr = _release(succ, indeg, rel, start_slot)
         if (lev >= 0).all():
             break
         # inconsistent matching (crossing orders): release each rank's earliest blocked end, with what has
@@ -233,15 +232,15 @@ def _levels(a: Arrays) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, 
         forced += es.size
         lev[es] = k
         k += 1
-        fr = _release(succ, indeg, es)
+        fr = _release(succ, indeg, es, start_slot)
     return lead, lev[:n_s], ends, lev[n_s:], forced
 
 
-def _release(succ: _Lists, indeg: np.ndarray, done: np.ndarray) -> np.ndarray:
+def _release(succ: _Lists, indeg: np.ndarray, done: np.ndarray, slot: np.ndarray) -> np.ndarray:
     """The start events left with nothing to wait for once ``done`` events are final (each once)."""
     nxt = succ.of(done)
     np.subtract.at(indeg, nxt, 1)
-    return _distinct(nxt[indeg[nxt] == 0], succ.slot)
+    return _distinct(nxt[indeg[nxt] == 0], slot)
 
 
 def _distinct(ids: np.ndarray, slot: np.ndarray) -> np.ndarray:
