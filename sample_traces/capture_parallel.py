@@ -15,6 +15,12 @@ one GPU (start times are noisy, kernel durations carry the waits). Scenarios:
 - ``fsdp_threads``: 4 ranks, FSDP2 (``fully_shard``); the backward's kernels come from autograd's thread
   and a side thread launches its own kernels on its own stream each step. Slow rank: sleeps on the CPU
   before each step (a slow data loader).
+- ``tp_pp_dp``: 8 ranks, DeviceMesh ("dp", "pp", "tp") = (2, 2, 2) (not Megatron's rank order); each of the
+  two pipeline stages is two tensor-parallel layers, 1F1B between the stages, DP all-reduce. Slow rank: rank 1
+  (tp 1 of stage 0 of replica 0), extra time in every micro-batch's forward.
+- ``cp_ring``: 8 ranks, DeviceMesh ("dp", "cp") = (2, 4); ring attention, the key/value blocks passed round
+  each context-parallel ring with batched send/recv while the current block's attention runs, then a DP
+  all-reduce. Slow rank: rank 2, extra time before each step's forward.
 
     python3 sample_traces/capture_parallel.py OUT_DIR [--scenarios pp_1f1b tp_dp ...] [--device cpu]
 
@@ -35,8 +41,8 @@ import time
 import traceback
 from pathlib import Path
 
-WORLD = {"pp_1f1b": 4, "tp_dp": 8, "moe_a2a": 4, "fsdp_threads": 4}
-SLOW_RANK = {"pp_1f1b": 3, "tp_dp": 5, "moe_a2a": 2, "fsdp_threads": 1}
+WORLD = {"pp_1f1b": 4, "tp_dp": 8, "moe_a2a": 4, "fsdp_threads": 4, "tp_pp_dp": 8, "cp_ring": 8}
+SLOW_RANK = {"pp_1f1b": 3, "tp_dp": 5, "moe_a2a": 2, "fsdp_threads": 1, "tp_pp_dp": 1, "cp_ring": 2}
 WAIT, WARMUP = 1, 2
 
 
@@ -98,7 +104,10 @@ def _busy(args: argparse.Namespace, torch, mat, ms: float) -> None:
         (mat @ mat).tanh_()
 
 
-def _pp_1f1b(args, rank, torch, dist, mesh, dev):
+def _pipeline(args, rank, torch, dist, mesh, dev, stage, params):
+    """1F1B over micro-batches between the stages of this rank's "pp" group, with batched send/recv
+    (Megatron's schedule), then a DP all-reduce of the gradients. ``stage`` maps a micro-batch
+    (mb, 1024) to the stage's output."""
     from torch.distributed import P2POp, batch_isend_irecv, irecv, isend
 
     pp = mesh["pp"].get_group()
@@ -108,9 +117,6 @@ def _pp_1f1b(args, rank, torch, dist, mesh, dev):
     prev = ranks_pp[s - 1] if s > 0 else None
     nxt = ranks_pp[s + 1] if s < S - 1 else None
     dim, mb, M = 1024, 256, args.microbatches
-    stage = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(dim, dim), torch.nn.GELU())
-                                  for _ in range(4)]).to(dev)
-    params = list(stage.parameters())
     data = [torch.randn(mb, dim, device=dev) for _ in range(M)]
     extra = torch.randn(2048, 2048, device=dev)
     slow = rank == args.slow_rank
@@ -180,12 +186,18 @@ def _pp_1f1b(args, rank, torch, dist, mesh, dev):
                   "dp_groups": _groups(mesh, "dp", dist)}
 
 
-def _tp_dp(args, rank, torch, dist, mesh, dev):
-    tp = mesh["tp"].get_group()
-    dp = mesh["dp"].get_group()
-    tp_size = dist.get_world_size(tp)
+def _pp_1f1b(args, rank, torch, dist, mesh, dev):
+    dim = 1024
+    stage = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(dim, dim), torch.nn.GELU())
+                                  for _ in range(4)]).to(dev)
+    return _pipeline(args, rank, torch, dist, mesh, dev, stage, list(stage.parameters()))
 
-    class Reduce(torch.autograd.Function):  # Megatron's row-parallel reduce
+
+def _tp_functions(torch, dist, tp):
+    """Megatron's column-parallel copy (all-reduce in the backward) and row-parallel reduce (all-reduce
+    in the forward) over the group ``tp``."""
+
+    class Reduce(torch.autograd.Function):
         @staticmethod
         def forward(ctx, x):
             x = x.clone()
@@ -206,6 +218,83 @@ def _tp_dp(args, rank, torch, dist, mesh, dev):
             g = g.clone()
             dist.all_reduce(g, group=tp)
             return g
+
+    return Copy, Reduce
+
+
+def _tp_pp_dp(args, rank, torch, dist, mesh, dev):
+    """Two pipeline stages, each two tensor-parallel layers, replicated twice for data parallelism."""
+    tp = mesh["tp"].get_group()
+    tp_size = dist.get_world_size(tp)
+    Copy, Reduce = _tp_functions(torch, dist, tp)
+    dim, hidden, layers = 1024, 4096, 2
+    w1 = [torch.nn.Parameter(torch.randn(dim, hidden // tp_size, device=dev) * 0.02) for _ in range(layers)]
+    w2 = [torch.nn.Parameter(torch.randn(hidden // tp_size, dim, device=dev) * 0.02) for _ in range(layers)]
+
+    def stage(h):
+        for a, b in zip(w1, w2):
+            h = h + Reduce.apply(torch.nn.functional.gelu(Copy.apply(h) @ a) @ b)
+        return h
+
+    step, info = _pipeline(args, rank, torch, dist, mesh, dev, stage, w1 + w2)
+    return step, {**info, "tp_groups": _groups(mesh, "tp", dist)}
+
+
+def _cp_ring(args, rank, torch, dist, mesh, dev):
+    """Ring attention: each rank holds one chunk of the sequence; the key/value blocks go round the
+    context-parallel ring with batched send/recv while the current block's attention runs, then a DP
+    all-reduce of the projection gradients."""
+    from torch.distributed import P2POp, batch_isend_irecv, irecv, isend
+
+    cp = mesh["cp"].get_group()
+    dp = mesh["dp"].get_group()
+    ring = dist.get_process_group_ranks(cp)
+    i, n = ring.index(rank), len(ring)
+    nxt, prev = ring[(i + 1) % n], ring[(i - 1) % n]
+    seq, heads, hd = 1024, 8, 64
+    dim = heads * hd
+    ws = [torch.nn.Parameter(torch.randn(dim, dim, device=dev) * 0.02) for _ in range(4)]
+    x = torch.randn(seq, dim, device=dev)
+    extra = torch.randn(2048, 2048, device=dev)
+    slow = rank == args.slow_rank
+
+    def step():
+        if slow:
+            _delay(args, torch, extra, args.delay_ms)
+        wq, wk, wv, wo = ws
+        q = (x @ wq).view(seq, heads, hd).transpose(0, 1)
+        k = (x @ wk).view(seq, heads, hd).transpose(0, 1)
+        v = (x @ wv).view(seq, heads, hd).transpose(0, 1)
+        cur = torch.stack([k, v]).detach().contiguous()
+        out = 0
+        for r in range(n):
+            works = []
+            if r < n - 1:
+                nbuf = torch.empty_like(cur)
+                works = batch_isend_irecv([P2POp(isend, cur, nxt, group=cp), P2POp(irecv, nbuf, prev, group=cp)])
+            kk, vv = (k, v) if r == 0 else (cur[0], cur[1])
+            out = out + torch.softmax(q @ kk.transpose(1, 2) / hd ** 0.5, dim=-1) @ vv
+            for w in works:
+                w.wait()
+            if r < n - 1:
+                cur = nbuf
+        loss = (out.transpose(0, 1).reshape(seq, dim) @ wo).pow(2).mean()
+        loss.backward()
+        flat = torch.cat([p.grad.reshape(-1) for p in ws])
+        dist.all_reduce(flat, group=dp)
+        for p in ws:
+            p.grad = None
+
+    return step, {"cp_groups": _groups(mesh, "cp", dist), "dp_groups": _groups(mesh, "dp", dist),
+                  "ring_hops_per_step": n - 1, "sequence_per_rank": seq}
+
+
+def _tp_dp(args, rank, torch, dist, mesh, dev):
+    tp = mesh["tp"].get_group()
+    dp = mesh["dp"].get_group()
+    tp_size = dist.get_world_size(tp)
+
+    Copy, Reduce = _tp_functions(torch, dist, tp)
 
     dim, hidden, batch, layers = 1024, 4096, 512, 4
     w1 = [torch.nn.Parameter(torch.randn(dim, hidden // tp_size, device=dev) * 0.02) for _ in range(layers)]
@@ -319,9 +408,13 @@ def _groups(mesh, name, dist) -> list[list[int]]:
     return [row.tolist() for row in moved]
 
 
-BUILD = {"pp_1f1b": _pp_1f1b, "tp_dp": _tp_dp, "moe_a2a": _moe_a2a, "fsdp_threads": _fsdp_threads}
+BUILD = {"pp_1f1b": _pp_1f1b, "tp_dp": _tp_dp, "moe_a2a": _moe_a2a, "fsdp_threads": _fsdp_threads,
+         "tp_pp_dp": _tp_pp_dp, "cp_ring": _cp_ring}
+# tp_pp_dp's mesh is not in Megatron's rank order (there pp would be outermost), so only the groups'
+# DeviceMesh names can say which dimension each group is
 MESH = {"pp_1f1b": (("dp", "pp"), (2, 2)), "tp_dp": (("dp", "tp"), (4, 2)),
-        "moe_a2a": (("ep",), (4,)), "fsdp_threads": (("dp",), (4,))}
+        "moe_a2a": (("ep",), (4,)), "fsdp_threads": (("dp",), (4,)),
+        "tp_pp_dp": (("dp", "pp", "tp"), (2, 2, 2)), "cp_ring": (("dp", "cp"), (2, 4))}
 
 
 def _worker(rank: int, args: argparse.Namespace) -> None:

@@ -19,6 +19,9 @@ SETS = sorted(p.name for p in ROOT.iterdir() if (p / "ground_truth.json").exists
 # 8 ranks time-sliced on one GPU (no MPS): the GPU runs their work in the same round-robin order every step,
 # so rank 7 is really last in every step (its first kernel starts 30.4 ms after rank 0's); see the README there
 ARTEFACT = {"tp_dp_balanced"}
+# a ring's hop is matched as a group exchange whose last arriver is taken to be the shortest kernel; an eager
+# send finishes without its receiver, so the late rank's upstream neighbour looks last (README there)
+RING_GAP = pytest.mark.xfail(strict=True, reason="ring hops are blamed as group exchanges, not per peer")
 
 
 def _truth(name: str) -> dict:
@@ -27,7 +30,7 @@ def _truth(name: str) -> dict:
 
 def test_the_sets_are_all_there() -> None:
     # a glob that found nothing must not pass the tests below vacuously
-    assert len(SETS) == 18
+    assert len(SETS) == 24
     assert {_truth(s)["variant"] for s in SETS} == {"slow", "balanced"}
 
 
@@ -42,7 +45,8 @@ def _analysis(cache: dict, name: str):
     return cache[name]
 
 
-@pytest.mark.parametrize("name", [s for s in SETS if s.endswith("_slow")])
+@pytest.mark.parametrize("name", [pytest.param(s, marks=RING_GAP) if s == "cp_ring_mps_host_slow" else s
+                                  for s in SETS if s.endswith("_slow")])
 def test_slow_sets_name_the_injected_root(analyses: dict, name: str) -> None:
     t = _truth(name)
     a = _analysis(analyses, name)
@@ -64,7 +68,7 @@ def test_balanced_twins_get_no_verdict(analyses: dict, name: str) -> None:
     assert a.verdict is None and a.roots == ()
 
 
-@pytest.mark.parametrize("name", [s for s in SETS if s.startswith("pp_1f1b")])
+@pytest.mark.parametrize("name", [s for s in SETS if s.startswith(("pp_1f1b", "tp_pp_dp"))])
 def test_batched_pipeline_send_recv_pairs_within_its_pipeline(analyses: dict, name: str) -> None:
     # batch_isend_irecv records send/recv with their group but launches one SendRecv kernel outside them
     t = _truth(name)
@@ -76,19 +80,49 @@ def test_batched_pipeline_send_recv_pairs_within_its_pipeline(analyses: dict, na
     m = t["microbatches"]
     assert len(p2p) == len(pp_groups) * t["profiled_steps"] * (m + 1)
     assert all(tuple(sorted(c["ranks"])) in pp_groups for c in p2p)
-    dims = {g["pg"]: g["dimension"] for g in to_dict(a)["process_groups"]}
-    assert sorted(dims.values()).count("pp") == 2 and sorted(dims.values()).count("dp") == 2
+    dims = [g["dimension"] for g in to_dict(a)["process_groups"]]
+    assert dims.count("pp") == len(t["pp_groups"]) and dims.count("dp") == len(t["dp_groups"])
 
 
-@pytest.mark.parametrize("name", [s for s in SETS if s.startswith("tp_dp")])
-def test_tp_and_dp_groups_come_from_the_device_mesh(analyses: dict, name: str) -> None:
-    t = _truth(name)
-    a = _analysis(analyses, name)
-    got = {}
+def _mesh_groups(a) -> dict[str, set[tuple[int, ...]]]:
+    got: dict[str, set[tuple[int, ...]]] = {}
     for g in to_dict(a)["process_groups"]:
         got.setdefault(g["dimension"], set()).add(tuple(g["ranks"]))
-    assert got["tp"] == {tuple(x) for x in t["tp_groups"]}
-    assert got["dp"] == {tuple(x) for x in t["dp_groups"]}
+    return got
+
+
+@pytest.mark.parametrize("name", [s for s in SETS if any(k.endswith("_groups") for k in _truth(s))])
+def test_every_group_gets_the_dimension_its_device_mesh_named(analyses: dict, name: str) -> None:
+    # tp_pp_dp's mesh ("dp", "pp", "tp") is not in Megatron's rank order (pp outermost there), so rank geometry
+    # alone would call {0, 4} pp: only the DeviceMesh names say it is dp
+    t = _truth(name)
+    got = _mesh_groups(_analysis(analyses, name))
+    want = {k.removesuffix("_groups"): {tuple(x) for x in v} for k, v in t.items() if k.endswith("_groups")}
+    assert {d: got.get(d) for d in want} == want
+
+
+@pytest.mark.parametrize("name", [s for s in SETS if s.startswith("tp_pp_dp") and s.endswith("_slow")])
+def test_three_dimensional_delay_is_traced_back_through_tp_and_pp_to_dp(analyses: dict, name: str) -> None:
+    # the late rank holds its TP partner and its pipeline peer directly; they carry the delay on (to the other
+    # pipeline stage, to their DP all-reduces): the chain starts at the root's own TP and PP groups and
+    # reaches DP groups only through messengers
+    t = _truth(name)
+    a = _analysis(analyses, name)
+    root = t["straggler_rank"]
+    pg_ranks = {g["pg"]: tuple(g["ranks"]) for g in to_dict(a)["process_groups"]}
+    dim_of = {tuple(g): d for d in ("tp", "pp", "dp") for g in t[f"{d}_groups"]}
+
+    def holding(dim: str, rank: int) -> tuple[int, ...]:
+        return next(tuple(g) for g in t[f"{dim}_groups"] if rank in g)
+
+    first, *later = a.verdict.chain
+    direct = {pg_ranks[p] for p in first.pg}
+    assert first.via == () and all(root in g for g in direct)
+    assert {holding("tp", root), holding("pp", root)} <= direct
+    assert later and all(root not in link.via for link in later)
+    passed_on = {pg_ranks[p] for link in later for p in link.pg}
+    assert all(any(r in g for r in link.via) for link in later for g in (pg_ranks[p] for p in link.pg))
+    assert "dp" in {dim_of[g] for g in passed_on} and all(root not in g for g in passed_on)
 
 
 @pytest.mark.parametrize("name", [s for s in SETS if s.startswith("moe_a2a")])
