@@ -79,6 +79,8 @@ def _link(cpu: pl.DataFrame, comm_calls: pl.DataFrame) -> pl.DataFrame:
                                 strategy="backward", check_sortedness=False)
     inside = joined.filter(pl.col("c_end").is_not_null() & (pl.col("launch_ns") <= pl.col("c_end")))
     inside = inside.select("rank", "correlation", *meta).unique(["rank", "correlation"], keep="first")
+    inside = inside.with_columns(pl.lit(None, dtype=pl.Int32).alias("send_peer"),
+                                 pl.lit(None, dtype=pl.Int32).alias("recv_peer"))
     return pl.concat([inside, _coalesced_p2p(linked, calls, inside, meta)], how="vertical_relaxed")
 
 
@@ -102,7 +104,41 @@ def _coalesced_p2p(linked: pl.DataFrame, calls: pl.DataFrame, inside: pl.DataFra
     )
     blank = [c for c in meta if c not in ("pg", "pg_desc", "group_ranks", "group_size", "op")]
     return got.select("rank", "correlation", *meta).with_columns(
-        pl.lit("send_recv").alias("op"), *[pl.lit(None, dtype=got.schema[c]).alias(c) for c in blank])
+        pl.lit("send_recv").alias("op"), *[pl.lit(None, dtype=got.schema[c]).alias(c) for c in blank]
+    ).join(_batch_peers(linked, p2p_calls), on=["rank", "correlation"], how="left")
+
+
+def _batch_peers(linked: pl.DataFrame, p2p_calls: pl.DataFrame) -> pl.DataFrame:
+    """(rank, correlation, send_peer, recv_peer) of each batch's launch: the global ranks its send and recv
+    records name (a ring's hop: send to the next, receive from the previous), null where none or several.
+
+    A batch's records are the send/recv records on the launching thread that end before its launch and
+    after the thread's previous launch; a record that encloses a launch is a plain send/recv, no batch's.
+    """
+    ls = linked.select("rank", "tid", "launch_ns", "correlation").sort("launch_ns")
+    members = pl.col("group_ranks").str.split(",")
+    local = pl.col("peer_group_rank")
+    peer = pl.coalesce(
+        "peer",
+        pl.when(local.is_not_null() & (local >= 0) & (local < members.list.len()))
+        .then(members.list.get(local.cast(pl.Int64), null_on_oob=True).cast(pl.Int32, strict=False)),
+    )
+    rec = (
+        p2p_calls.select("rank", "tid", "c_start", "c_end", "op", peer.cast(pl.Int32).alias("_peer"))
+        .sort("c_end")
+        .join_asof(ls.select("rank", "tid", pl.col("launch_ns").alias("_before")), left_on="c_end",
+                   right_on="_before", by=["rank", "tid"], strategy="backward", check_sortedness=False)
+        .filter(pl.col("_before").is_null() | (pl.col("_before") < pl.col("c_start")))
+        .join_asof(ls, left_on="c_end", right_on="launch_ns", by=["rank", "tid"], strategy="forward",
+                   check_sortedness=False)
+        .filter(pl.col("launch_ns").is_not_null() & (pl.col("launch_ns") - pl.col("c_end") <= _BATCH_GAP_NS))
+    )
+
+    def one(op: str) -> pl.Expr:
+        got = pl.col("_peer").filter((pl.col("op") == op) & pl.col("_peer").is_not_null()).unique()
+        return pl.when(got.len() == 1).then(got.first()).otherwise(None).cast(pl.Int32).alias(f"{op}_peer")
+
+    return rec.group_by("rank", "correlation").agg(one("send"), one("recv"))
 
 
 def _fill_group_ranks(df: pl.DataFrame, groups: dict[int, tuple[ProcessGroup, ...]]) -> pl.DataFrame:

@@ -11,7 +11,9 @@ Per rank the operations (kernels, memcpy, memset) are ordered by start. Each has
   first operation of any rank on the aligned clock (a host that starts late shows as a gap there too).
 Communication kernels of one matched instance (a collective, or a matched send/recv pair that arrives
 as a 2-participant instance in the same column) are joined by that instance. The last arriver (the
-shortest kernel) gates the instance: every participant's kernel ends at (last arrival + transfer).
+shortest kernel) gates the instance: every participant's kernel ends at (last arrival + transfer). In a
+ring's hop each kernel is gated by its own peer instead (``waits.per_row``'s ``last_rank``, the one place
+that rule lives): ``gate_node`` is the kernel each one waited for.
 """
 
 from __future__ import annotations
@@ -35,11 +37,12 @@ class Graph:
       step (null outside step windows), ordinal (per rank), occurrence (k-th op of this name in the rank's
       step: the key that lines the same operation up across ranks), stream_pred, slack_ns (start − stream
       predecessor's end, >= 0), bind_pred, gap_ns (start − binding predecessor's end; first op: see module
-      doc), inst (matched instance id or null), wait_ns, transfer_ns, op, pg, bytes, group_n.
+      doc), inst (matched instance id or null), gate_node (the kernel it waited for: its instance's last
+      arriver's, itself when unmatched), wait_ns, transfer_ns, op, pg, bytes, group_n.
     ``instances``: inst, instance (the match key), n (participants), last_node, last_rank, transfer_ns,
       op, pg, bytes, group_n.
-    ``edges``: src, dst, kind ∈ EDGE_KINDS: stream / binding predecessor -> node; collective: the last
-      arriver's node -> every other participant's node (they waited for it).
+    ``edges``: src, dst, kind ∈ EDGE_KINDS: stream / binding predecessor -> node; collective: the gate's
+      node -> every other participant's node (they waited for it).
     """
 
     nodes: pl.DataFrame
@@ -104,12 +107,12 @@ def build(gpu: pl.DataFrame, rows: pl.DataFrame, steps: pl.DataFrame,
     ).drop("_sp_end", "_bp_end")
     instances = _instances(nodes)
     inst = nodes.select("node", "instance").join(instances.select("instance", "inst"), on="instance", how="left")
-    nodes = nodes.with_columns(inst.sort("node")["inst"])
+    nodes = nodes.with_columns(inst.sort("node")["inst"], _gate_nodes(nodes))
     cols = ["node", "rank", "stream", "kind", "name", "start_ns", "end_ns", "dur_ns", "a_start_ns", "a_end_ns", "step",
-            "ordinal", "occurrence", "stream_pred", "slack_ns", "bind_pred", "gap_ns", "inst", "wait_ns",
+            "ordinal", "occurrence", "stream_pred", "slack_ns", "bind_pred", "gap_ns", "inst", "gate_node", "wait_ns",
             "transfer_ns", "op", "pg", "bytes", "group_n"]
     nodes = nodes.select(cols)
-    return Graph(nodes=nodes, instances=instances.drop("instance_rows"), edges=_edges(nodes, instances))
+    return Graph(nodes=nodes, instances=instances, edges=_edges(nodes))
 
 
 def _name_key() -> pl.Expr:
@@ -120,7 +123,7 @@ def _name_key() -> pl.Expr:
 def _comm_rows(rows: pl.DataFrame) -> pl.DataFrame:
     schema = {"rank": pl.Int32, "stream": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64, "name": pl.Utf8,
               "instance": pl.Utf8, "wait_ns": pl.Int64, "transfer_ns": pl.Int64, "op": pl.Utf8, "pg": pl.Utf8,
-              "bytes": pl.Int64, "group_n": pl.Int64}
+              "bytes": pl.Int64, "group_n": pl.Int64, "last_rank": pl.Int32, "inst_last": pl.Int32}
     if rows.height == 0:
         return pl.DataFrame(schema=schema)
     n = pl.coalesce(pl.col("group_size").cast(pl.Int64), pl.col("n_ranks").cast(pl.Int64)) if "n_ranks" in rows.columns \
@@ -129,6 +132,7 @@ def _comm_rows(rows: pl.DataFrame) -> pl.DataFrame:
         "rank", "stream", "start_ns", "end_ns", "name", "instance",
         pl.col("wait_ns").cast(pl.Int64), pl.col("transfer_ns").cast(pl.Int64), "op", "pg",
         pl.max_horizontal("in_bytes", "out_bytes").cast(pl.Int64).alias("bytes"), n.alias("group_n"),
+        "last_rank", "inst_last",
     ).unique(["rank", "stream", "start_ns", "end_ns", "name"], keep="first").cast(schema)
 
 
@@ -138,13 +142,12 @@ def _instances(nodes: pl.DataFrame) -> pl.DataFrame:
         m.group_by("instance")
         .agg(
             pl.len().alias("n"),
-            pl.col("node").sort_by("wait_ns", "rank").first().alias("last_node"),
-            pl.col("rank").sort_by("wait_ns", "rank").first().alias("last_rank"),
+            pl.col("node").sort_by(pl.col("rank") != pl.col("inst_last"), "rank").first().alias("last_node"),
+            pl.col("inst_last").first().alias("last_rank"),
             pl.col("transfer_ns").min(),
             pl.col("op").first(), pl.col("pg").first(), pl.col("bytes").max(),
             pl.coalesce(pl.col("group_n").max(), pl.len().cast(pl.Int64)).alias("group_n"),
             pl.col("a_start_ns").min().alias("_first"),
-            pl.col("node").alias("instance_rows"),
         )
         .sort("_first", "instance")
         .drop("_first")
@@ -152,7 +155,16 @@ def _instances(nodes: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _edges(nodes: pl.DataFrame, instances: pl.DataFrame) -> pl.DataFrame:
+def _gate_nodes(nodes: pl.DataFrame) -> pl.Series:
+    """Per node, the node of the rank it waited for in its instance (itself where none)."""
+    comm = nodes.filter(pl.col("instance").is_not_null()).select("node", "instance", "last_rank")
+    gate = comm.join(nodes.filter(pl.col("instance").is_not_null()).select(
+        "instance", pl.col("rank").alias("last_rank"), pl.col("node").alias("_gate")), on=["instance", "last_rank"])
+    full = nodes["node"].clone()
+    return full.scatter(gate["node"], gate["_gate"]).alias("gate_node")
+
+
+def _edges(nodes: pl.DataFrame) -> pl.DataFrame:
     # ordered by (dst, kind, src); the kind sorts by a small code (its names' alphabetical order), not its text
     order = {k: i for i, k in enumerate(sorted(EDGE_KINDS))}
     # select, then filter: filtering the wide node frame first copied all its columns (~200 MB here)
@@ -162,11 +174,8 @@ def _edges(nodes: pl.DataFrame, instances: pl.DataFrame) -> pl.DataFrame:
     binding = nodes.select(
         pl.col("bind_pred").alias("src"), pl.col("node").alias("dst"), pl.lit(order["binding"], pl.Int8).alias("_k")
     ).filter(pl.col("src").is_not_null())
-    coll = (
-        instances.select(pl.col("last_node").alias("src"), pl.col("instance_rows").alias("dst"))
-        .explode("dst").filter(pl.col("dst") != pl.col("src"))
-        .select("src", "dst", pl.lit(order["collective"], pl.Int8).alias("_k"))
-    )
+    coll = nodes.select(pl.col("gate_node").alias("src"), pl.col("node").alias("dst"),
+                        pl.lit(order["collective"], pl.Int8).alias("_k")).filter(pl.col("src") != pl.col("dst"))
     names = pl.Series(sorted(EDGE_KINDS))
     return (pl.concat([stream, binding, coll.cast({"src": pl.Int64, "dst": pl.Int64})]).sort("dst", "_k", "src")
             .select("src", "dst", pl.col("_k").replace_strict(list(range(names.len())), names).alias("kind")))

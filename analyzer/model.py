@@ -75,6 +75,10 @@ COLLECTIVE_SCHEMA: dict[str, pl.DataType] = {
     "has_meta": pl.Boolean,
     "name": pl.Utf8,
     "peer": pl.Int32,  # send/recv: the peer's global rank, null when unknown
+    # a batched SendRecv kernel (batch_isend_irecv): the one rank its batch sends to / receives from (null: none
+    # recorded, or several)
+    "send_peer": pl.Int32,
+    "recv_peer": pl.Int32,
     "in_splits": pl.Utf8,
     "out_splits": pl.Utf8,
 }

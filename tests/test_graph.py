@@ -9,6 +9,7 @@ import pytest
 
 from analyzer import graph
 from analyzer.metrics import critical_path as cpm
+from analyzer.metrics import waits
 from analyzer.model import GPU_SCHEMA, STEP_SCHEMA, conform
 from sample_traces.generate import Scenario, build, write_kineto
 from tests.helpers import run
@@ -21,13 +22,12 @@ def gpu_table(ops: list[tuple]) -> pl.DataFrame:
 
 
 def comm_rows(rows: list[tuple]) -> pl.DataFrame:
-    """(rank, stream, start, end, name, instance) -> waits.per_row's shape (transfer = shortest kernel)."""
+    """(rank, stream, start, end, name, instance) -> waits.per_row of them (one clock: aligned = own times)."""
     df = pl.DataFrame(rows, schema=["rank", "stream", "start_ns", "end_ns", "name", "instance"], orient="row")
-    df = df.with_columns(pl.col("rank").cast(pl.Int32), (pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns"),
+    df = df.with_columns(pl.col("rank").cast(pl.Int32),
                          pl.lit("all_reduce").alias("op"), pl.lit("0").alias("pg"), pl.lit(1 << 20).alias("in_bytes"),
                          pl.lit(1 << 20).alias("out_bytes"), pl.lit(2).alias("group_size"), pl.lit(2).alias("n_ranks"))
-    return df.with_columns(pl.col("dur_ns").min().over("instance").alias("transfer_ns")).with_columns(
-        (pl.col("dur_ns") - pl.col("transfer_ns")).alias("wait_ns"))
+    return waits.per_row(df, df["start_ns"], df["end_ns"])
 
 
 def hand() -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:

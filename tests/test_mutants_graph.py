@@ -25,6 +25,9 @@ def _rows(rows: list[tuple], n_ranks: bool = True) -> pl.DataFrame:
     df = pl.DataFrame(rows, schema=cols, orient="row").with_columns(
         pl.col("rank").cast(pl.Int32), pl.lit("all_reduce").alias("op"),
         pl.col("group_size").cast(pl.Int64), pl.col("n_ranks").cast(pl.Int64))
+    # the last arriver, as per_row names it: the row with no wait (the waits here are given by hand)
+    last = pl.col("rank").sort_by("wait_ns", "rank").first().over("instance")
+    df = df.with_columns(last.alias("last_rank"), last.alias("inst_last"))
     return df if n_ranks else df.drop("n_ranks")
 
 

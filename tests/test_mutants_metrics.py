@@ -243,9 +243,12 @@ def _comm_rows(rows: list[tuple]) -> pl.DataFrame:
     """(rank, stream, start, end, name, instance, wait, transfer) -> waits.per_row's shape, waits given by hand."""
     df = pl.DataFrame(rows, schema=["rank", "stream", "start_ns", "end_ns", "name", "instance", "wait_ns",
                                     "transfer_ns"], orient="row")
+    # the last arriver, as per_row names it: the row with no wait
+    last = pl.col("rank").sort_by("wait_ns", "rank").first().over("instance")
     return df.with_columns(pl.col("rank").cast(pl.Int32), (pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns"),
                            pl.lit("all_reduce").alias("op"), pl.lit("0").alias("pg"), pl.lit(1 << 20).alias("in_bytes"),
-                           pl.lit(1 << 20).alias("out_bytes"), pl.lit(2).alias("group_size"), pl.lit(2).alias("n_ranks"))
+                           pl.lit(1 << 20).alias("out_bytes"), pl.lit(2).alias("group_size"), pl.lit(2).alias("n_ranks"),
+                           last.cast(pl.Int32).alias("last_rank"), last.cast(pl.Int32).alias("inst_last"))
 
 
 def _steps(windows: list[tuple[int, int, int, int]]) -> pl.DataFrame:

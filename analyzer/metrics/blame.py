@@ -21,6 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
+from .waits import ring_hop
+
 _MAX_LEVELS = 10_000  # a chain can never be longer than the instances in it; guards a cycle bug
 
 
@@ -70,11 +72,23 @@ def _instances(rows: pl.DataFrame) -> pl.DataFrame:
     """Per instance: caused, own, propagated and transfer-caused wait, and the instance that held L most."""
     if rows.height == 0:
         return pl.DataFrame(schema=_INSTANCE_SCHEMA)
+    # a ring's hop, where rows waited for different ranks (waits.per_row), splits into one instance per rank
+    # waited for ("instance@rank"), whose last arriver is that rank; ``inst0`` keeps the hop's own key
+    hop = ring_hop(rows)
+    split = pl.lit(False) if hop is None else pl.col("last_rank").n_unique().over("instance") > 1
+    rows = rows.with_columns(
+        pl.col("instance").alias("inst0"), split.alias("split"),
+        (pl.lit(False) if hop is None else hop).alias("ring"),
+    ).with_columns(
+        pl.when("split").then(pl.format("{}@{}", "instance", "last_rank")).otherwise(pl.col("instance")).alias("instance"))
+    waited = pl.col("rank") != pl.col("last_rank")
     inst = (
         rows.group_by("instance")
         .agg(
-            pl.col("step").min(), pl.col("pg").first(), pl.col("group_ranks").first(), pl.len().alias("n_ranks"),
-            pl.col("last_rank").first().cast(pl.Int32),
+            pl.col("step").min(), pl.col("pg").first(), pl.col("group_ranks").first(),
+            # the rank waited for counts as a participant even where its own row waited for another
+            (pl.len() + waited.all().cast(pl.UInt32)).alias("n_ranks"),
+            pl.col("last_rank").first().cast(pl.Int32), pl.col("inst0").first(),
             pl.col("wait_ns").sum().cast(pl.Float64).alias("caused_ns"),
         )
     )
@@ -94,13 +108,15 @@ def _instances(rows: pl.DataFrame) -> pl.DataFrame:
                .with_columns(pl.col("group_ranks").str.split(",").cast(pl.List(pl.Int32)).alias("member"))
                .select("g", "member").explode("member"))
     nodes = (
-        rows.select("rank", "instance", "start_ns", gid, pl.col("wait_ns").cast(pl.Float64).alias("w"),
+        rows.select("rank", "instance", "inst0", "ring", "start_ns", gid, pl.col("wait_ns").cast(pl.Float64).alias("w"),
                     (pl.col("end_ns") - pl.col("start_ns") - pl.col("wait_ns")).cast(pl.Float64).clip(0.0).alias("x"))
         .sort("rank", "start_ns")
         .with_columns(pl.int_range(pl.len()).over("rank").alias("ord"),
                       pl.col("w").cum_sum().over("rank").alias("H"), pl.col("x").cum_sum().over("rank").alias("X"))
     )
-    lnode = nodes.join(inst.select("instance", pl.col("last_rank").alias("rank")), on=["instance", "rank"], how="semi")
+    # the last arriver's own kernel in the instance (of a split hop: its row in the hop, keyed by its own gate)
+    lnode = inst.select("instance", "inst0", pl.col("last_rank").alias("rank")).join(
+        nodes.drop("instance"), on=["inst0", "rank"])
     peers = (
         nodes.join(inst.select("instance", "last_rank"), on="instance")
         .filter(pl.col("rank") != pl.col("last_rank"))
@@ -113,7 +129,10 @@ def _instances(rows: pl.DataFrame) -> pl.DataFrame:
     # c: the last collective before i that L and q were both in (L's latest earlier kernel whose group holds q)
     cand = peers.select("instance", "q", "L", "ord_i").join(members, left_on="q", right_on="member")
     cand = cand.join(members, left_on=["g", "L"], right_on=["g", "member"], how="semi")
-    lhist = nodes.select(pl.col("rank").alias("L"), "g", pl.col("ord").alias("ord_c"), pl.col("instance").alias("c"))
+    # a ring's hop is no release point: each kernel waited for its own peers (an eager send for none), and
+    # they did not end together, so a rank held in one carries that hold into the next
+    lhist = nodes.filter(~pl.col("ring")).select(pl.col("rank").alias("L"), "g", pl.col("ord").alias("ord_c"),
+                                                   pl.col("instance").alias("c"))
     common = (
         cand.sort("ord_i").join_asof(lhist.sort("ord_c"), left_on="ord_i", right_on="ord_c",
                                      by=["L", "g"], strategy="backward", allow_exact_matches=False,

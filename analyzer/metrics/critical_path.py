@@ -30,9 +30,8 @@ def critical_path(g: Graph, steps: pl.DataFrame, offsets_ns: dict[int, float] | 
         return empty
     bp = n["bind_pred"].fill_null(-1).to_numpy()
     inst = n["inst"].fill_null(-1).to_numpy()
-    last = g.instances.sort("inst")["last_node"].to_numpy()
-    # a matched kernel stands for its instance's last arriver (the one the others waited for)
-    redirect = np.where(inst >= 0, last[np.maximum(inst, 0)] if last.size else 0, np.arange(n.height))
+    # a matched kernel stands for the one it waited for (its instance's last arriver; in a ring's hop, its peer)
+    redirect = n["gate_node"].to_numpy()
     a_end = n["a_end_ns"].to_numpy().astype(np.float64)
     a_start = n["a_start_ns"].to_numpy().astype(np.float64)
     job = _job_windows(steps, offsets_ns)

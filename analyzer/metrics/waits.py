@@ -3,6 +3,15 @@
 For a matched instance with per-rank kernel durations d_r: transfer ≈ min_r d_r (the last arriver
 barely waits) and wait_r = d_r − transfer. This needs no clock alignment; the rank with the shortest
 kernel is the one that arrived last. Start/end skews use the aligned clock.
+
+``last_rank`` is per row: the rank that row waited for. In a collective that is the instance's last
+arriver on every row. A ring's hop (a group exchange of batched SendRecv kernels among 3 ranks or more,
+each kernel sending to one rank and receiving from another) is no barrier: each kernel waits only for its
+own two peers, its kernels do not end together, and an eager send completes without its receiver, so the
+shortest kernel need not be the last arriver's. There a row waited for whichever of its send and recv peers
+started last on the aligned clock, before the row's kernel ended (itself, when it started after both: it
+waited for nobody). ``inst_last``
+is the instance's last arriver (a ring's hop: the latest start).
 """
 
 from __future__ import annotations
@@ -22,10 +31,69 @@ def per_row(inst: pl.DataFrame, aligned_start: pl.Series, aligned_end: pl.Series
         aligned_end.alias("a_end_ns"),
     )
     matched = pl.col("instance").is_not_null()
-    return df.with_columns(
+    ring = ring_hop(df)
+    if ring is None:  # no peers recorded at all: every instance is a collective or a pair
+        return df.with_columns(
+            pl.when(matched).then(pl.col("dur_ns").min().over("instance")).alias("transfer_ns"),
+            pl.when(matched).then(pl.col("rank").sort_by("dur_ns").first().over("instance")).alias("inst_last"),
+        ).with_columns((pl.col("dur_ns") - pl.col("transfer_ns")).alias("wait_ns"), pl.col("inst_last").alias("last_rank"))
+    df = df.with_columns(
         pl.when(matched).then(pl.col("dur_ns").min().over("instance")).alias("transfer_ns"),
-        pl.when(matched).then(pl.col("rank").sort_by("dur_ns").first().over("instance")).alias("last_rank"),
+        pl.when(matched & ring).then(pl.col("rank").sort_by("a_start_ns", descending=True).first().over("instance"))
+        .when(matched).then(pl.col("rank").sort_by("dur_ns").first().over("instance")).alias("inst_last"),
     ).with_columns((pl.col("dur_ns") - pl.col("transfer_ns")).alias("wait_ns"))
+    df = df.with_columns(_gates(df, ring).alias("last_rank"))
+    # in a ring's hop a row waited only until its gate started (not at all when it was its own gate); the rest
+    # of its kernel moved data, however much longer that took than the hop's fastest kernel
+    starts = df.filter(ring).select("instance", pl.col("rank").alias("last_rank"), pl.col("a_start_ns").alias("_gs"))
+    if starts.height == 0:
+        return df
+    df = df.join(starts, on=["instance", "last_rank"], how="left", maintain_order="left")
+    hop_wait = pl.min_horizontal("wait_ns", (pl.col("_gs") - pl.col("a_start_ns")).clip(0))
+    return df.with_columns(
+        pl.when(ring).then(hop_wait).otherwise(pl.col("wait_ns")).alias("wait_ns"),
+    ).with_columns(
+        pl.when(ring).then(pl.col("dur_ns") - pl.col("wait_ns")).otherwise(pl.col("transfer_ns")).alias("transfer_ns"),
+    ).drop("_gs")
+
+
+def ring_hop(rows: pl.DataFrame) -> pl.Expr | None:
+    """Rows of a ring's hop: a group exchange among 3 ranks or more whose kernels name their send or recv
+    peer (see the module doc); None where no row can be one."""
+    if not {"match_rule", "send_peer", "recv_peer"} <= set(rows.columns):
+        return None
+    named = (pl.col("match_rule").fill_null("") == "exchange") & (
+        pl.col("send_peer").is_not_null() | pl.col("recv_peer").is_not_null())
+    if not rows.select(named.any()).item():  # the common case: no per-instance count over every row
+        return None
+    return named & (pl.col("rank").n_unique().over("instance") > 2)
+
+
+def ring_hops(rows: pl.DataFrame) -> int:
+    """How many matched instances are ring hops (:func:`ring_hop`)."""
+    ring = ring_hop(rows)
+    if ring is None or rows.height == 0:
+        return 0
+    return rows.filter(ring & pl.col("instance").is_not_null()).select(pl.col("instance").n_unique()).item()
+
+
+def _gates(df: pl.DataFrame, ring: pl.Expr) -> pl.Series:
+    """Per row, the rank it waited for: the instance's last arriver, or in a ring's hop the latest starter of
+    itself and its two peers that started before it ended (a tie goes to itself, then to the lower rank)."""
+    hop = df.with_row_index("_i").filter(ring).select("_i", "instance", "rank", "a_start_ns", "a_end_ns",
+                                                         "send_peer", "recv_peer")
+    if hop.height == 0:
+        return df["inst_last"]
+    starts = hop.select("instance", pl.col("rank").alias("_p"), pl.col("a_start_ns").alias("_ps"))
+    cand = pl.concat([
+        hop.select("_i", "instance", "a_end_ns", pl.col(p).alias("_p"), pl.lit(k, pl.Int8).alias("_other"))
+        for p, k in (("rank", 0), ("send_peer", 1), ("recv_peer", 1))
+    ]).join(starts, on=["instance", "_p"])  # a peer absent from the instance (not in the traces) drops out
+    # a peer that started after this kernel ended held nothing of it (an eager send to it finished first)
+    cand = cand.filter((pl.col("_other") == 0) | (pl.col("_ps") <= pl.col("a_end_ns")))
+    gate = (cand.sort(["_ps", "_other", "_p"], descending=[True, False, False])
+            .group_by("_i").agg(pl.col("_p").first()))
+    return df["inst_last"].scatter(gate["_i"], gate["_p"].cast(df["inst_last"].dtype))
 
 
 def matched(rows: pl.DataFrame) -> pl.DataFrame:
@@ -45,10 +113,10 @@ def instance_table(rows: pl.DataFrame) -> pl.DataFrame:
             pl.max_horizontal("in_bytes", "out_bytes").max().alias("bytes"),
             pl.col("group_size").max(),
             pl.col("rank").sort().alias("ranks"),
-            pl.col("transfer_ns").first(),
+            pl.col("transfer_ns").min(),  # a ring's hop: each kernel's own; the fastest moved the data
             pl.col("wait_ns").max().alias("max_wait_ns"),
             pl.col("wait_ns").sum().alias("total_wait_ns"),
-            pl.col("last_rank").first(),
+            pl.col("inst_last").first().alias("last_rank"),
             (pl.col("a_start_ns").max() - pl.col("a_start_ns").min()).alias("arrival_skew_ns"),
             (pl.col("a_end_ns").max() - pl.col("a_end_ns").min()).alias("end_skew_ns"),
             pl.col("a_start_ns").min().alias("first_start_ns"),
@@ -69,9 +137,10 @@ def rank_table(rows: pl.DataFrame, ranks: list[int]) -> pl.DataFrame:
             pl.lit(0, dtype=pl.UInt32).alias("steps_seen"), pl.lit(0, dtype=pl.UInt32).alias("steps_last"),
         )
     suffered = rows.group_by("rank").agg(pl.col("wait_ns").sum(), pl.len().alias("instances"))
+    # wait is caused by the rank each row waited for (a row that waited for nobody has no wait)
     caused = (
-        rows.group_by("instance")
-        .agg(pl.col("last_rank").first(), pl.col("wait_ns").sum().alias("caused_wait_ns"))
+        rows.group_by("instance", "last_rank")
+        .agg(pl.col("wait_ns").sum().alias("caused_wait_ns"))
         .group_by("last_rank")
         .agg(pl.col("caused_wait_ns").sum(), pl.len().alias("last_count"))
         .rename({"last_rank": "rank"})
@@ -79,10 +148,7 @@ def rank_table(rows: pl.DataFrame, ranks: list[int]) -> pl.DataFrame:
     # a step's straggler: the rank that caused the most wait in it
     step_rows = rows.filter(pl.col("step").is_not_null())
     by_step = (
-        step_rows.group_by("step", "instance")
-        .agg(pl.col("last_rank").first(), pl.col("wait_ns").sum().alias("w"))
-        .group_by("step", "last_rank")
-        .agg(pl.col("w").sum())
+        step_rows.group_by("step", "last_rank").agg(pl.col("wait_ns").sum().alias("w"))
         .sort("w", descending=True)
         .group_by("step")
         .agg(pl.col("last_rank").first().alias("rank"), pl.col("w").first())
@@ -186,7 +252,8 @@ def lateness_cause(rows: pl.DataFrame, covs: RankCoverage, rank: int) -> dict[st
         rows.filter((pl.col("last_rank") == rank) & (pl.col("rank") != rank))
         .group_by("instance").agg(pl.col("wait_ns").max().alias("L"))
     )
-    mine = rows.filter((pl.col("last_rank") == rank) & (pl.col("rank") == rank)).join(lateness, on="instance")
+    # its own kernel in each instance where someone waited for it (in a ring's hop it may itself have waited)
+    mine = rows.filter(pl.col("rank") == rank).join(lateness, on="instance")
     idx = int(covs.index(np.array([rank]))[0])
     if idx < 0 or mine.height == 0:
         return {"late_ns": 0.0, "compute_ns": 0.0, "idle_ns": 0.0, "excess_compute_ns": 0.0, "steps": 0.0}
