@@ -62,8 +62,8 @@ def analyze(ts: TraceSet, dims: dimensions.Options | None = None, busbw: dict[st
     if hops:
         warnings.append(
             f"{hops} ring hops (batched send/recv to one rank and from another, as in ring attention): each kernel's "
-            "wait is traced to the later of its own two peers, but the what-if replay still ends a hop on all its "
-            "ranks together, so savings that pass through ring hops (no_straggler above all) are understated")
+            "wait is traced to the later of its own two peers by start time on the aligned clock, so across hosts "
+            "it is only as good as the clock fit")
     itable = waits.instance_table(matched)
     rtable = waits.rank_table(matched, ranks)
 

@@ -10,6 +10,9 @@ Clock-free delta formulation: every operation gets Δs, Δe (replayed − measur
 - A matched instance ends at (last arrival + transfer) on every participant. With measured waits
   w_q = d_q − transfer (the last arriver's is 0), max_q arrival'_q = A + max_q(Δs_q − w_q), so every
   participant gets Δe = max_q(Δs_q − w_q) + δtransfer: the same on each, no clock alignment needed.
+  A ring's hop is no barrier (each kernel waited for its own gate, ``waits.per_row``): it is replayed as
+  one such group per gate: the gate's arrival (with no wait) and the kernels that waited for it, which end
+  with it. A gate that itself waited for another ends with that one's group: its arrival joins two groups.
   A hidden instance (communication that costs nothing) ends where it started: Δe = Δs − d.
 With no change every Δ is 0, so the replay reproduces the measured times exactly where the measured
 gaps and waits are consistent; what remains is reported as the replay error.
@@ -57,6 +60,7 @@ class Schedule:
     spx: np.ndarray  # its stream predecessor (n+1: none)
     a_off: np.ndarray  # (waves+1) slice of arrivals, grouped by (wave, instance)
     a_pos: np.ndarray  # start-event position of each arrival
+    a_wait: np.ndarray  # its measured wait in that group (float)
     g_off: np.ndarray  # (waves+1) slice of instance groups
     g_first: np.ndarray  # each group's first arrival, relative to its wave's first arrival
     g_inst: np.ndarray  # each group's instance
@@ -91,10 +95,13 @@ class Arrays:
     bind_pred: np.ndarray
     stream_pred: np.ndarray
     slack: np.ndarray
-    inst: np.ndarray
+    inst: np.ndarray  # the group each matched kernel ends with (an instance, or part of a ring's hop)
     wait: np.ndarray
-    n_inst: np.ndarray  # participants per instance
-    n_instances: int
+    n_inst: np.ndarray  # participants per group
+    n_instances: int  # groups
+    parent: np.ndarray  # each group's instance in the graph (whose transfer change it takes)
+    n_graph_instances: int
+    also: np.ndarray  # a second group its arrival joins, with no wait (a ring hop's gate that waited), or -1
     simple: np.ndarray  # follows its stream predecessor, which is also its binding one: Δ just adds up
     root: np.ndarray  # the first operation of a node's chain of simple successors (itself if not simple)
     chain_order: np.ndarray  # nodes ordered by (root, start): chains are contiguous, root first
@@ -127,11 +134,39 @@ class Arrays:
         pos[order] = np.arange(bp.size)
         pos[bp.size] = bp.size
         lead = np.flatnonzero(~simple)
+        groups, also, parent = _ring_groups(inst, col("gate_node"), g.instances.height)
+        joined = np.concatenate([groups[groups >= 0], also[also >= 0]])
         return cls(rank=col("rank"), end=col("end_ns"), dur=col("dur_ns"),
-                   bind_pred=bp, stream_pred=sp, slack=slack, inst=inst, wait=col("wait_ns", 0),
-                   n_inst=g.instances.sort("inst")["n"].to_numpy().astype(np.int64), n_instances=g.instances.height,
+                   bind_pred=bp, stream_pred=sp, slack=slack, inst=groups, wait=col("wait_ns", 0),
+                   n_inst=np.bincount(joined, minlength=parent.size).astype(np.int64),
+                   n_instances=parent.size, parent=parent, n_graph_instances=g.instances.height, also=also,
                    simple=simple, root=root, chain_order=order, chain_first=chain_first, chain_pos=pos, lead=lead,
                    chain_lead=np.searchsorted(lead, root[order]), chain_floor=-slack[order].astype(np.float64))
+
+
+def _ring_groups(inst: np.ndarray, gate: np.ndarray, n_inst: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Replay groups: an instance whose kernels all waited for one kernel stays whole; a ring's hop, whose
+    kernels waited for different ones, splits into one group per kernel waited for. A kernel ends with the
+    group of the kernel it waited for (its own, if none); a kernel others waited for also arrives, with no
+    wait, in its own group. Returns each node's group (-1: unmatched), its second group (-1: none) and each
+    group's instance in the graph."""
+    node = np.arange(inst.size)
+    m = inst >= 0
+    pairs = np.unique(np.stack([inst[m], gate[m]]), axis=1) if m.any() else np.zeros((2, 0), dtype=np.int64)
+    split = np.bincount(pairs[0], minlength=n_inst) > 1 if pairs.size else np.zeros(n_inst, dtype=bool)
+    also = np.full(inst.size, -1, dtype=np.int64)
+    if not split.any():
+        return inst, also, np.arange(n_inst)
+    in_split = m & split[np.maximum(inst, 0)]
+    waited_for = np.zeros(inst.size, dtype=bool)
+    waited_for[gate[in_split & (gate != node)]] = True
+    keys, sub = np.unique(gate[in_split], return_inverse=True)  # every kernel waited for is its own gate too
+    groups = inst.copy()
+    groups[in_split] = n_inst + sub
+    second = in_split & waited_for & (gate != node)
+    also[second] = n_inst + np.searchsorted(keys, node[second])
+    # the split instances' own ids keep no kernel; they point at themselves
+    return groups, also, np.concatenate([np.arange(n_inst), inst[keys]])
 
 
 class _Lists:
@@ -190,6 +225,7 @@ def _levels(a: Arrays) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, 
     n_inst = max(a.n_instances, 1)
     inst_ends = _Lists(a.inst[ends], n_s + np.arange(n_e), n_inst, LIST_WIDTH)
     arr_inst = np.where(matched[lead], a.inst[lead], -1)
+    arr_also = a.also[lead]
     need = a.n_inst if a.n_instances else np.zeros(1, dtype=np.int64)
     count = np.zeros(n_inst, dtype=np.int64)
     lev = np.full(n_s + n_e, -1, dtype=np.int64)
@@ -204,7 +240,8 @@ def _levels(a: Arrays) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, 
             got = ai >= 0
             rel = fr[~got]
             if got.any():
-                ai = ai[got]
+                a2 = arr_also[fr]
+                ai = np.concatenate([ai[got], a2[a2 >= 0]])
                 np.add.at(count, ai, 1)
                 done = ai[count[ai] == need[ai]]
                 if done.size:
@@ -267,9 +304,14 @@ def schedule(a: Arrays) -> Schedule:
     pos[x_s] = np.arange(x_s.size)
     # arrivals grouped by (wave, instance): one reduceat per wave
     a_pos = np.flatnonzero(a.inst[x_s] >= 0)
-    a_inst, a_w = a.inst[x_s[a_pos]], w_s[a_pos]
+    a_inst, a_wait = a.inst[x_s[a_pos]], a.wait[x_s[a_pos]].astype(np.float64)
+    extra = np.flatnonzero(a.also[x_s] >= 0)  # a ring hop's gate that waited: its arrival in its own group
+    a_pos = np.concatenate([a_pos, extra])
+    a_inst = np.concatenate([a_inst, a.also[x_s[extra]]])
+    a_wait = np.concatenate([a_wait, np.zeros(extra.size)])
+    a_w = w_s[a_pos]
     o = np.lexsort((a_inst, a_w))
-    a_pos, a_inst, a_w = a_pos[o], a_inst[o], a_w[o]
+    a_pos, a_inst, a_w, a_wait = a_pos[o], a_inst[o], a_w[o], a_wait[o]
     new = np.r_[True, (a_inst[1:] != a_inst[:-1]) | (a_w[1:] != a_w[:-1])] if a_pos.size else np.zeros(0, bool)
     g_at = np.flatnonzero(new)
     a_off = np.searchsorted(a_w, np.arange(nw + 1))
@@ -278,7 +320,7 @@ def schedule(a: Arrays) -> Schedule:
         n_waves=nw, forced=forced, s_off=np.searchsorted(w_s, np.arange(nw + 1)), x_s=x_s,
         rb=np.where(bp >= 0, a.root[np.maximum(bp, 0)], n), bpx=np.where(bp >= 0, bp, n),
         rs=np.where(sp >= 0, a.root[np.maximum(sp, 0)], n + 1), spx=np.where(sp >= 0, sp, n + 1),
-        a_off=a_off, a_pos=a_pos, g_off=np.searchsorted(g_w, np.arange(nw + 1)),
+        a_off=a_off, a_pos=a_pos, a_wait=a_wait, g_off=np.searchsorted(g_w, np.arange(nw + 1)),
         g_first=g_at - a_off[g_w], g_inst=a_inst[g_at],
         e_off=np.searchsorted(w_e, np.arange(nw + 1)), x_e=x_e, e_inst=a.inst[x_e], e_pos=pos[x_e])
 
@@ -305,9 +347,9 @@ def run(a: Arrays, sch: Schedule, mods: Mods) -> tuple[np.ndarray, np.ndarray]:
     ddur = np.ascontiguousarray(mods.ddur[:, x].T)
     dstart = np.zeros((x.size, s))
     imax = np.full((max(a.n_instances, 1), s), -np.inf)
-    wait = a.wait[x].astype(np.float64)[:, None]
+    wait = sch.a_wait[:, None]
     hide, dur = np.ascontiguousarray(mods.hide[:, sch.x_e].T), a.dur[sch.x_e].astype(np.float64)[:, None]
-    dtr = np.ascontiguousarray(mods.dtr[:, sch.e_inst].T)
+    dtr = np.ascontiguousarray(mods.dtr[:, a.parent[sch.e_inst]].T)
     # Python ints: indexing a numpy offset array per wave would cost more than the slices it bounds
     s_off, a_off, g_off, e_off = sch.s_off.tolist(), sch.a_off.tolist(), sch.g_off.tolist(), sch.e_off.tolist()
     rb, rs, xe, ei, ep, ap, gf, gi = sch.rb, sch.rs, sch.x_e, sch.e_inst, sch.e_pos, sch.a_pos, sch.g_first, sch.g_inst
@@ -320,7 +362,7 @@ def run(a: Arrays, sch: Schedule, mods: Mods) -> tuple[np.ndarray, np.ndarray]:
             al, ah = a_off[k], a_off[k + 1]
             if ah > al:
                 p = ap[al:ah]
-                vals = dstart[p] - wait[p]  # arrival − measured wait
+                vals = dstart[p] - wait[al:ah]  # arrival − measured wait
                 gl, gh = g_off[k], g_off[k + 1]
                 if gh - gl < ah - al:
                     vals = np.maximum.reduceat(vals, gf[gl:gh], axis=0)

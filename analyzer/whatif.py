@@ -152,7 +152,7 @@ def _replay_all(arr: replay.Arrays, sch: replay.Schedule, seg: replay.Segments,
     out: list[np.ndarray] = []
     for lo in range(0, len(fill), batch):
         part = fill[lo:lo + batch]
-        mods = replay.Mods.zeros(len(part), n, arr.n_instances)
+        mods = replay.Mods.zeros(len(part), n, arr.n_graph_instances)
         for i, f in enumerate(part):
             f(mods, i)
         ds, de = replay.run(arr, sch, mods)

@@ -160,6 +160,20 @@ def test_ring_hops_are_counted_and_warned_of_only_where_a_ring_ran(analyses: dic
     assert [int(w.split()[0]) for w in warned] == ([want] if want else [])
 
 
+HOST_MPS = [s for s in SETS if s.endswith("_slow") and "_mps" in s and _truth(s)["straggler_kind"] == "host"]
+
+
+@pytest.mark.parametrize("name", HOST_MPS)
+def test_no_straggler_lands_near_the_twins_measured_step(analyses: dict, name: str) -> None:
+    # a rank that only slept on the CPU (its kernels run concurrently with the others' under MPS): removing
+    # its sleep in the replay should come near the balanced twin's measured step. Before ring hops were
+    # replayed per gate, cp_ring_mps_host_slow came out at 70.1 ms against the twin's 35.8 (+96%)
+    twin = name.removesuffix("_slow") + "_balanced"
+    got = {s["name"]: s["step_time_ms"] for s in to_dict(_analysis(analyses, name))["whatif"]["scenarios"]}
+    want = to_dict(_analysis(analyses, twin))["whatif"]["measured_step_time_ms"]
+    assert got["no_straggler"] == pytest.approx(want, rel=0.25)
+
+
 def _union_within(intervals: list[tuple[int, int]], lo: int, hi: int) -> int:
     """Length of the union of intervals clipped to [lo, hi] (plain Python, for the brute-force check)."""
     cut = sorted((max(s, lo), min(e, hi)) for s, e in intervals if min(e, hi) > max(s, lo))

@@ -140,3 +140,46 @@ def test_the_graph_joins_each_kernel_to_its_own_gate() -> None:
     # hop 0: only rank 0 waited (for rank 2); rank 1's shortest kernel waited for nobody and gates nobody
     assert coll == {(node[(2, 10_000)], node[(0, 0)]),
                     (node[(2, 11_500)], node[(0, 11_000)]), (node[(2, 11_500)], node[(1, 800)])}
+
+
+def _replayed(rows: pl.DataFrame, earlier: dict[tuple[int, int], int]) -> dict[tuple[int, int], tuple[int, int]]:
+    """Replay the ring with the kernels keyed (rank, start) starting ``earlier`` ns sooner (their gap cut);
+    returns each kernel's replayed (start, end)."""
+    from analyzer import replay
+
+    gpu = conform(rows.select("rank", "stream", "start_ns", "end_ns", "name", pl.lit("comm").alias("kind")),
+                  GPU_SCHEMA)
+    ranks = sorted(set(rows["rank"].to_list()))
+    steps = conform(pl.DataFrame({"rank": ranks, "step": [1] * len(ranks), "start_ns": [0] * len(ranks),
+                                  "end_ns": [20_000] * len(ranks)}), STEP_SCHEMA)
+    g = graph.build(gpu, rows, steps)
+    arr = replay.Arrays.of(g)
+    mods = replay.Mods.zeros(1, g.n_nodes, g.instances.height)
+    key = {(r, s): n for n, r, s in g.nodes.select("node", "rank", "start_ns").iter_rows()}
+    for k, d in earlier.items():
+        mods.dgap[0, key[k]] -= d
+    sch = replay.schedule(arr)
+    assert sch.forced == 0  # every group's arrivals are counted, so no end had to be forced through
+    ds, de = replay.run(arr, sch, mods)
+    return {k: (k[1] + round(ds[0, n]), e + round(de[0, n]))
+            for k, n, e in ((k, n, e) for (k, n), e in zip(key.items(), g.nodes.sort("node")["end_ns"]))}
+
+
+def test_the_replay_ends_each_ring_kernel_with_its_own_gate() -> None:
+    # _late_rank_two with rank 2 on time: hop 0 ends at 1000 for ranks 0 and 2 (rank 1's eager kernel is
+    # unchanged), hop 1 starts 10 us sooner on ranks 0 and 2, and every hop-1 kernel ends at rank 2's start
+    # (1500) + the transfer, as a ring does: max(own start, later peer's start) + transfer
+    got = _replayed(_late_rank_two(), {(2, 10_000): 10_000})
+    assert got == {(0, 0): (0, 1_000), (1, 0): (0, 800), (2, 10_000): (0, 1_000),
+                   (0, 11_000): (1_000, 2_500), (1, 800): (800, 2_500), (2, 11_500): (1_500, 2_500)}
+
+
+def test_a_gate_that_waited_ends_with_its_own_gate_and_still_releases_its_waiters_at_its_arrival() -> None:
+    # a ring of 4: rank 0 waits for rank 3's arrival (3 us), rank 3 for rank 2's (10 us); rank 1's kernel
+    # needed neither. Rank 2 arriving 6 us sooner ends rank 3 at 5 us, and leaves rank 0 (which needed only
+    # rank 3 there) as it was
+    rows = _ring_rows([{0: (0, 4_000), 1: (0, T), 2: (10_000, 11_000), 3: (3_000, 11_000)}], n=4)
+    gates = dict(rows.select("rank", "last_rank").iter_rows())
+    assert gates == {0: 3, 1: 1, 2: 2, 3: 2}
+    got = _replayed(rows, {(2, 10_000): 6_000})
+    assert got == {(0, 0): (0, 4_000), (1, 0): (0, T), (2, 10_000): (4_000, 5_000), (3, 3_000): (3_000, 5_000)}
