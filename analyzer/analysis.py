@@ -84,8 +84,8 @@ def analyze(ts: TraceSet, dims: dimensions.Options | None = None, busbw: dict[st
     warnings.extend(dimensions.layout_warnings(dims.layout, ts.world_size or len(ranks)))
     groups = dimensions.groups(dimensions.meta_groups(ts.ranks), rows, ts.world_size or len(ranks),
                                dimensions.hosts(ts.ranks), dims)
-    found = stragglers.roots(order, roots_of, comm_ns, lambda r: waits.lateness_cause(matched, covs, r),
-                             dimensions.replicas(groups, ts.world_size or len(ranks)))
+    replicas = dimensions.replicas(groups, ts.world_size or len(ranks))
+    found = stragglers.roots(order, roots_of, comm_ns, lambda r: waits.lateness_cause(matched, covs, r), replicas)
     drows = dimensions.row_dimensions(rows, groups, dims.layout)
     dim_df = dimensions.per_rank(drows, ts.gpu, ranks, roots_of.flows)
     itable = itable.join(drows.group_by("instance").agg(pl.col("dimension").first(), pl.col("intra_node").first()),
@@ -103,7 +103,8 @@ def analyze(ts: TraceSet, dims: dimensions.Options | None = None, busbw: dict[st
     dep = graph.build(ts.gpu, rows, ts.steps, fit.offsets_ns)
     cpath = critical_path.critical_path(dep, ts.steps, fit.offsets_ns)
     root = (found[0].rank, found[0].kind) if found else None
-    replayed = whatif.analyze(dep, ts.steps, root, busbw, dimensions.pg_dimensions(groups))
+    replayed = whatif.analyze(dep, ts.steps, root, busbw, dimensions.pg_dimensions(groups),
+                              peers=replicas.get(root[0]) if root else None)
     warnings.extend(whatif.warnings(replayed))
 
     rank_df = _rank_frame(totals, per_step, split, order)

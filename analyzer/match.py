@@ -11,9 +11,12 @@ all-reduce never merge.
 
 Point-to-point: a send and its recv become one 2-participant instance in the same ``instance``
 column (key ``p2p|{src}>{dst}|{pg}|s{step}|k{ordinal}``), matched by the peer recorded in the metadata
-(or the only other rank of a 2-rank communicator) and the per-pair ordinal. SendRecv kernels without
-a peer (NCCL's grouped send/recv, all-to-all of older PyTorch) are matched as a group exchange by
-ordinal when every rank of the communicator runs the same sequence of them.
+(or the only other rank of a 2-rank communicator) and the per-pair ordinal. A batch's one SendRecv
+kernel (``batch_isend_irecv``) whose records name one peer (a pipeline stage sending to and receiving from
+its neighbour) pairs the same way (key ``p2p|{lo}<>{hi}|...``): the k-th batch of a rank with a peer is
+the peer's k-th batch with it. SendRecv kernels without a peer (NCCL's grouped send/recv, all-to-all of
+older PyTorch) or with two (a ring's hop) are matched as a group exchange by ordinal when every rank of the
+communicator runs the same sequence of them.
 
 Added columns: ``comm`` (the communicator key), ``instance`` (null when unmatched), ``n_ranks`` found,
 ``partial`` (fewer participants than the group's size), ``match_rule`` (metadata, shift, no_metadata,
@@ -176,6 +179,14 @@ def _p2p(p2p: pl.DataFrame) -> list[pl.DataFrame]:
     )
     directed = p2p.filter(pl.col("op").is_in(_DIRECTED) & pl.col("_peer").is_not_null())
     is_send = pl.col("op") == "send"
+    batch_peer = _batch_peer(p2p)
+    batches = p2p.filter(batch_peer.is_not_null()).with_columns(batch_peer.alias("_peer")).with_columns(
+        pl.int_range(pl.len()).over("rank", "_peer", "_comm", "step").alias("_k"),
+    ).with_columns(
+        pl.format("p2p|{}<>{}|{}|s{}|k{}", pl.min_horizontal("rank", "_peer"), pl.max_horizontal("rank", "_peer"),
+                  pl.col("pg").fill_null("?"), "_step", "_k").alias("instance"),
+        pl.lit("p2p_peer").alias("match_rule"),
+    )
     pairs = directed.with_columns(
         pl.when(is_send).then(pl.col("rank")).otherwise(pl.col("_peer")).alias("_src"),
         pl.when(is_send).then(pl.col("_peer")).otherwise(pl.col("rank")).alias("_dst"),
@@ -184,8 +195,18 @@ def _p2p(p2p: pl.DataFrame) -> list[pl.DataFrame]:
         pl.format("p2p|{}>{}|{}|s{}|k{}", "_src", "_dst", pl.col("pg").fill_null("?"), "_step", "_k").alias("instance"),
         pl.col("_rule").alias("match_rule"),
     )
-    rest = p2p.filter(~(pl.col("op").is_in(_DIRECTED) & pl.col("_peer").is_not_null()))
-    return [pairs, _exchange(rest) if rest.height else empty]
+    rest = p2p.filter(~(pl.col("op").is_in(_DIRECTED) & pl.col("_peer").is_not_null()) & batch_peer.is_null())
+    return [pairs, batches, _exchange(rest) if rest.height else empty]
+
+
+def _batch_peer(p2p: pl.DataFrame) -> pl.Expr:
+    """A batch kernel's one peer: the rank its records send to and receive from (either alone), null where
+    none is recorded or the batch names two (a ring's hop)."""
+    if not {"send_peer", "recv_peer"} <= set(p2p.columns):
+        return pl.lit(None, dtype=pl.Int32)
+    s, r = pl.col("send_peer"), pl.col("recv_peer")
+    return (pl.when(~pl.col("op").is_in(_DIRECTED) & (s.is_null() | r.is_null() | (s == r)))
+            .then(pl.coalesce(s, r)).otherwise(None).cast(pl.Int32))
 
 
 def _exchange(rows: pl.DataFrame) -> pl.DataFrame:

@@ -3,7 +3,9 @@
 Scenarios (each a row of changes to durations, gaps, transfers, or hidden communication):
 - ``no_straggler``: the verdict's rank loses its extra time: compute beyond its peers' median for the
   same operation (compute straggler; an operation its peers do not run at all is all extra), its host
-  gap beyond theirs (host straggler), or both (unknown kind). "Same operation": the k-th kernel of
+  gap beyond theirs (host straggler), or both (unknown kind). Its peers: the ranks of its role in the
+  other data-parallel replicas where there are some (another pipeline stage idles in other places), else
+  every other rank. "Same operation": the k-th kernel of
   that name in the rank's step (SPMD ranks run the same sequence).
 - ``no_exposed_comm`` (and ``no_exposed_comm:<dim>`` with a process-group -> dimension map):
   communication costs nothing, waits included: an upper bound on what overlap could buy.
@@ -64,8 +66,9 @@ def parse_specs(specs: tuple[str, ...] | list[str]) -> dict[str, float]:
 
 def analyze(g: Graph, steps: pl.DataFrame, straggler: tuple[int, str] | None = None,
             busbw: dict[str, float] | None = None, dims: dict[str, str] | None = None,
-            max_ranks: int = MAX_RANKS) -> WhatIf | None:
-    """Replay the unchanged run and every scenario. None when the graph is empty."""
+            max_ranks: int = MAX_RANKS, peers: list[int] | None = None) -> WhatIf | None:
+    """Replay the unchanged run and every scenario. None when the graph is empty. ``peers``: the
+    straggler's ranks of the same role (none: every other rank)."""
     if g.n_nodes == 0:
         return None
     arr = replay.Arrays.of(g)
@@ -80,7 +83,7 @@ def analyze(g: Graph, steps: pl.DataFrame, straggler: tuple[int, str] | None = N
     ideal = _ideal_stats(nodes, g.instances)
     named: list[tuple[str, Callable[[replay.Mods, int], None]]] = [("replay", lambda m, i: None)]
     if straggler is not None:
-        named.append(("no_straggler", lambda m, i: _no_straggler(m, i, nodes, *straggler)))
+        named.append(("no_straggler", lambda m, i: _no_straggler(m, i, nodes, *straggler, peers)))
     comm = (nodes["kind"] == "comm").to_numpy()
     named.append(("no_exposed_comm", lambda m, i: _hide(m, i, nodes, comm)))
     if dims:
@@ -165,24 +168,28 @@ def _replay_all(arr: replay.Arrays, sch: replay.Schedule, seg: replay.Segments,
 _WORK = ("compute", "memcpy", "memset", "other")
 
 
-def _key_median(nodes: pl.DataFrame, rank: int, value: str, kinds: tuple[str, ...] | None) -> pl.DataFrame:
-    """The rank's nodes with its peers' median ``value`` for the same (step, name, occurrence)."""
+def _key_median(nodes: pl.DataFrame, rank: int, value: str, kinds: tuple[str, ...] | None,
+                peers: list[int] | None = None) -> pl.DataFrame:
+    """The rank's nodes with its peers' median ``value`` for the same (step, name, occurrence); peers: the
+    given ranks, else every other rank."""
     key = ["step", "name", "occurrence"]
     pool = nodes if kinds is None else nodes.filter(pl.col("kind").is_in(kinds))
-    peers = pool.filter(pl.col("rank") != rank).group_by(key).agg(pl.col(value).median().alias("_peer"))
-    return pool.filter(pl.col("rank") == rank).join(peers, on=key, how="left", nulls_equal=True)
+    them = pl.col("rank").is_in(peers) if peers else pl.col("rank") != rank
+    median = pool.filter(them).group_by(key).agg(pl.col(value).median().alias("_peer"))
+    return pool.filter(pl.col("rank") == rank).join(median, on=key, how="left", nulls_equal=True)
 
 
-def _no_straggler(m: replay.Mods, i: int, nodes: pl.DataFrame, rank: int, kind: str) -> None:
+def _no_straggler(m: replay.Mods, i: int, nodes: pl.DataFrame, rank: int, kind: str,
+                  peers: list[int] | None = None) -> None:
     if kind in ("compute", "unknown"):
-        mine = _key_median(nodes, rank, "dur_ns", _WORK)
+        mine = _key_median(nodes, rank, "dur_ns", _WORK, peers)
         extra = (pl.col("dur_ns") - pl.col("_peer").fill_null(0)).clip(lower_bound=0)
         m.ddur[i, mine["node"].to_numpy()] -= mine.select(extra)["dur_ns"].to_numpy()
         # work its peers do not run at all: the host time spent launching it is extra too
         only = mine.filter(pl.col("_peer").is_null())
         m.dgap[i, only["node"].to_numpy()] -= only["gap_ns"].to_numpy()
     if kind in ("host", "unknown"):
-        mine = _key_median(nodes, rank, "gap_ns", None).filter(pl.col("_peer").is_not_null())
+        mine = _key_median(nodes, rank, "gap_ns", None, peers).filter(pl.col("_peer").is_not_null())
         extra = (pl.col("gap_ns") - pl.col("_peer")).clip(lower_bound=0)
         m.dgap[i, mine["node"].to_numpy()] -= mine.select(extra)["gap_ns"].to_numpy()
 

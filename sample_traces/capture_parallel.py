@@ -18,6 +18,8 @@ one GPU (start times are noisy, kernel durations carry the waits). Scenarios:
 - ``tp_pp_dp``: 8 ranks, DeviceMesh ("dp", "pp", "tp") = (2, 2, 2) (not Megatron's rank order); each of the
   two pipeline stages is two tensor-parallel layers, 1F1B between the stages, DP all-reduce. Slow rank: rank 1
   (tp 1 of stage 0 of replica 0), extra time in every micro-batch's forward.
+- ``pp4_1f1b``: 8 ranks, DeviceMesh ("dp", "pp") = (2, 4): the 1F1B pipeline above with four stages, so a
+  middle stage's batches go to its previous stage and to its next. Slow rank: rank 1 (stage 1 of replica 0).
 - ``cp_ring``: 8 ranks, DeviceMesh ("dp", "cp") = (2, 4); ring attention, the key/value blocks passed round
   each context-parallel ring with batched send/recv while the current block's attention runs, then a DP
   all-reduce. Slow rank: rank 2, extra time before each step's forward.
@@ -41,8 +43,8 @@ import time
 import traceback
 from pathlib import Path
 
-WORLD = {"pp_1f1b": 4, "tp_dp": 8, "moe_a2a": 4, "fsdp_threads": 4, "tp_pp_dp": 8, "cp_ring": 8}
-SLOW_RANK = {"pp_1f1b": 3, "tp_dp": 5, "moe_a2a": 2, "fsdp_threads": 1, "tp_pp_dp": 1, "cp_ring": 2}
+WORLD = {"pp_1f1b": 4, "tp_dp": 8, "moe_a2a": 4, "fsdp_threads": 4, "tp_pp_dp": 8, "cp_ring": 8, "pp4_1f1b": 8}
+SLOW_RANK = {"pp_1f1b": 3, "tp_dp": 5, "moe_a2a": 2, "fsdp_threads": 1, "tp_pp_dp": 1, "cp_ring": 2, "pp4_1f1b": 1}
 WAIT, WARMUP = 1, 2
 
 
@@ -409,12 +411,13 @@ def _groups(mesh, name, dist) -> list[list[int]]:
 
 
 BUILD = {"pp_1f1b": _pp_1f1b, "tp_dp": _tp_dp, "moe_a2a": _moe_a2a, "fsdp_threads": _fsdp_threads,
-         "tp_pp_dp": _tp_pp_dp, "cp_ring": _cp_ring}
+         "tp_pp_dp": _tp_pp_dp, "cp_ring": _cp_ring, "pp4_1f1b": _pp_1f1b}
 # tp_pp_dp's mesh is not in Megatron's rank order (there pp would be outermost), so only the groups'
 # DeviceMesh names can say which dimension each group is
 MESH = {"pp_1f1b": (("dp", "pp"), (2, 2)), "tp_dp": (("dp", "tp"), (4, 2)),
         "moe_a2a": (("ep",), (4,)), "fsdp_threads": (("dp",), (4,)),
-        "tp_pp_dp": (("dp", "pp", "tp"), (2, 2, 2)), "cp_ring": (("dp", "cp"), (2, 4))}
+        "tp_pp_dp": (("dp", "pp", "tp"), (2, 2, 2)), "cp_ring": (("dp", "cp"), (2, 4)),
+        "pp4_1f1b": (("dp", "pp"), (2, 4))}
 
 
 def _worker(rank: int, args: argparse.Namespace) -> None:

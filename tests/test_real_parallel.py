@@ -27,7 +27,7 @@ def _truth(name: str) -> dict:
 
 def test_the_sets_are_all_there() -> None:
     # a glob that found nothing must not pass the tests below vacuously
-    assert len(SETS) == 24
+    assert len(SETS) == 26
     assert {_truth(s)["variant"] for s in SETS} == {"slow", "balanced"}
 
 
@@ -64,18 +64,24 @@ def test_balanced_twins_get_no_verdict(analyses: dict, name: str) -> None:
     assert a.verdict is None and a.roots == ()
 
 
-@pytest.mark.parametrize("name", [s for s in SETS if s.startswith(("pp_1f1b", "tp_pp_dp"))])
+@pytest.mark.parametrize("name", [s for s in SETS if s.startswith(("pp_1f1b", "pp4_1f1b", "tp_pp_dp"))])
 def test_batched_pipeline_send_recv_pairs_within_its_pipeline(analyses: dict, name: str) -> None:
     # batch_isend_irecv records send/recv with their group but launches one SendRecv kernel outside them
     t = _truth(name)
     a = _analysis(analyses, name)
     pp_groups = {tuple(g) for g in t["pp_groups"]}
-    p2p = [c for c in to_dict(a)["collectives"] if c["op"] == "send_recv"]
-    # per step and pipeline pair: 1F1B with 2 stages runs M + 1 batches (stage 0: one send, M - 1
-    # send+recv, one recv; stage 1 the mirror image), each one SendRecv kernel on both ranks
-    m = t["microbatches"]
-    assert len(p2p) == len(pp_groups) * t["profiled_steps"] * (m + 1)
-    assert all(tuple(sorted(c["ranks"])) in pp_groups for c in p2p)
+    rep = to_dict(a)
+    p2p = [c for c in rep["collectives"] if c["op"] == "send_recv"]
+    # per step, stages s and s + 1 of a pipeline of S run M + S - s - 1 batches together (stage s: S - s - 1
+    # warm-up sends, M - (S - s - 1) send+recv, as many cool-down recvs; stage s + 1 the mirror image), each
+    # one SendRecv kernel on both ranks; 2 stages: M + 1
+    m, stages = t["microbatches"], len(t["pp_groups"][0])
+    per_step = sum(m + stages - s - 1 for s in range(stages - 1))
+    assert len(p2p) == len(pp_groups) * t["profiled_steps"] * per_step
+    assert rep["matching"]["p2p_unmatched_kernels"] == 0
+    # each a pair of neighbouring stages of one pipeline
+    neighbours = {tuple(g[i:i + 2]) for g in pp_groups for i in range(len(g) - 1)}
+    assert {tuple(sorted(c["ranks"])) for c in p2p} == neighbours
     dims = [g["dimension"] for g in to_dict(a)["process_groups"]]
     assert dims.count("pp") == len(t["pp_groups"]) and dims.count("dp") == len(t["dp_groups"])
 
@@ -161,9 +167,12 @@ def test_ring_hops_are_counted_and_warned_of_only_where_a_ring_ran(analyses: dic
 
 
 HOST_MPS = [s for s in SETS if s.endswith("_slow") and "_mps" in s and _truth(s)["straggler_kind"] == "host"]
+# 4 stages: the replay takes 45 ms of sleep a step off rank 1 but the step only from 79.3 to 55.6 ms (twin:
+# 30.7); the pipeline's one-way batches are paired like rendezvous (README there)
+PP4_GAP = pytest.mark.xfail(strict=True, reason="4-stage pipeline replay recovers half the sleep")
 
 
-@pytest.mark.parametrize("name", HOST_MPS)
+@pytest.mark.parametrize("name", [pytest.param(s, marks=PP4_GAP) if s.startswith("pp4") else s for s in HOST_MPS])
 def test_no_straggler_lands_near_the_twins_measured_step(analyses: dict, name: str) -> None:
     # a rank that only slept on the CPU (its kernels run concurrently with the others' under MPS): removing
     # its sleep in the replay should come near the balanced twin's measured step. Before ring hops were
@@ -185,7 +194,7 @@ def _union_within(intervals: list[tuple[int, int]], lo: int, hi: int) -> int:
     return total
 
 
-@pytest.mark.parametrize("name", [s for s in SETS if s.startswith("pp_1f1b")])
+@pytest.mark.parametrize("name", [s for s in SETS if s.startswith(("pp_1f1b", "pp4_1f1b"))])
 def test_batched_pipeline_has_stages_and_exact_bubbles(analyses: dict, name: str) -> None:
     # stages: the mesh's pp coordinate (dims dp x pp, pp fastest: stage = rank % 2), one chain per pp group
     t = _truth(name)

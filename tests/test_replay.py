@@ -520,3 +520,16 @@ def test_only_each_ranks_earliest_blocked_end_is_forced() -> None:
     _, ds, de, sch = _replay_of(gpu, rows, _steps({0: 400, 1: 550}), lambda m, ids: None)
     assert sch.forced == 2
     assert not ds.any() and not de.any()
+
+
+def test_no_straggler_measures_a_host_gap_against_the_ranks_of_its_role() -> None:
+    # one operation key on 4 ranks: rank 1 (the straggler) waited 100 ns before it, rank 3 (its role in the
+    # other replica) 10 ns, ranks 0 and 2 (other pipeline stages, idle in their bubbles) 90 ns
+    nodes = pl.DataFrame({"node": [0, 1, 2, 3], "rank": [0, 1, 2, 3], "kind": ["compute"] * 4, "name": [7] * 4,
+                          "step": [1] * 4, "occurrence": [0] * 4, "dur_ns": [50] * 4, "gap_ns": [90, 100, 90, 10]})
+    cut = {}
+    for peers in (None, [3]):
+        m = replay.Mods.zeros(1, 4, 0)
+        whatif._no_straggler(m, 0, nodes, 1, "host", peers)
+        cut[None if peers is None else tuple(peers)] = -m.dgap[0, 1]
+    assert cut == {None: 10.0, (3,): 90.0}

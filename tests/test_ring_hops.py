@@ -8,9 +8,9 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from analyzer import collectives, graph
+from analyzer import collectives, graph, match
 from analyzer.metrics import blame, waits
-from analyzer.model import COMM_CALL_SCHEMA, CPU_SCHEMA, GPU_SCHEMA, STEP_SCHEMA, conform
+from analyzer.model import COLLECTIVE_SCHEMA, COMM_CALL_SCHEMA, CPU_SCHEMA, GPU_SCHEMA, STEP_SCHEMA, conform
 
 T = 1000  # transfer of every hop (ns)
 
@@ -183,3 +183,26 @@ def test_a_gate_that_waited_ends_with_its_own_gate_and_still_releases_its_waiter
     assert gates == {0: 3, 1: 1, 2: 2, 3: 2}
     got = _replayed(rows, {(2, 10_000): 6_000})
     assert got == {(0, 0): (0, 4_000), (1, 0): (0, T), (2, 10_000): (4_000, 5_000), (3, 3_000): (3_000, 5_000)}
+
+
+def test_batches_with_one_peer_pair_up_per_pair_like_a_send_and_its_recv() -> None:
+    # a 3-stage pipeline (group 0,1,2): the middle stage alternates batches with its previous and next stage.
+    # The k-th batch of a rank with a peer is that peer's k-th batch with it, whatever came between
+    order = {0: [(1, None), (1, 1), (None, 1)], 1: [(None, 0), (2, None), (0, 0), (2, 2), (0, None)],
+             2: [(None, 1), (1, 1)]}
+    rows = [(r, "3", "send_recv", "0,1,2", 3, 20, 1000 * i, 1000 * i + 500, 1, True, "ncclDevKernel_SendRecv", s, v)
+            for r, batches in order.items() for i, (s, v) in enumerate(batches)]
+    coll = conform(pl.DataFrame(rows, schema=["rank", "pg", "op", "group_ranks", "group_size", "stream", "start_ns",
+                                              "end_ns", "step", "has_meta", "name", "send_peer", "recv_peer"],
+                                orient="row"), COLLECTIVE_SCHEMA)
+    inst = match.instances(coll)
+    got = {(r, t // 1000): (i, m) for r, t, i, m in inst.select("rank", "start_ns", "instance", "match_rule").iter_rows()}
+    key = "p2p|{}<>{}|3|s1|k{}"
+    assert got == {
+        (0, 0): (key.format(0, 1, 0), "p2p_peer"), (0, 1): (key.format(0, 1, 1), "p2p_peer"),
+        (0, 2): (key.format(0, 1, 2), "p2p_peer"),
+        (1, 0): (key.format(0, 1, 0), "p2p_peer"), (1, 1): (key.format(1, 2, 0), "p2p_peer"),
+        (1, 2): (key.format(0, 1, 1), "p2p_peer"), (1, 3): (key.format(1, 2, 1), "p2p_peer"),
+        (1, 4): (key.format(0, 1, 2), "p2p_peer"),
+        (2, 0): (key.format(1, 2, 0), "p2p_peer"), (2, 1): (key.format(1, 2, 1), "p2p_peer"),
+    }
