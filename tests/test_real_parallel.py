@@ -168,7 +168,8 @@ def test_ring_hops_are_counted_and_warned_of_only_where_a_ring_ran(analyses: dic
 
 HOST_MPS = [s for s in SETS if s.endswith("_slow") and "_mps" in s and _truth(s)["straggler_kind"] == "host"]
 # 4 stages: the replay takes 45 ms of sleep a step off rank 1 but the step only from 79.3 to 55.6 ms (twin:
-# 30.7); the pipeline's one-way batches are paired like rendezvous (README there)
+# 30.7): an eager one-way send's short kernel pins its receiver's end, as if the pair were a rendezvous
+# (README there)
 PP4_GAP = pytest.mark.xfail(strict=True, reason="4-stage pipeline replay recovers half the sleep")
 
 
