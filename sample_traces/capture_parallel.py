@@ -78,6 +78,17 @@ def _sync(args: argparse.Namespace, torch) -> None:
         torch.cuda.synchronize()
 
 
+def _straggler(args: argparse.Namespace, rank: int, torch, dev):
+    """``delay(ms)``: the slow rank's extra time (nothing on the other ranks), its matrix made here."""
+    extra = torch.randn(2048, 2048, device=dev)
+
+    def delay(ms: float) -> None:
+        if rank == args.slow_rank:
+            _delay(args, torch, extra, ms)
+
+    return delay
+
+
 def _delay(args: argparse.Namespace, torch, mat, ms: float) -> None:
     """The slow rank's extra time: GPU work (``--kind compute``) or a sleep on the CPU (``--kind host``)."""
     if args.kind == "host":
@@ -120,8 +131,7 @@ def _pipeline(args, rank, torch, dist, mesh, dev, stage, params):
     nxt = ranks_pp[s + 1] if s < S - 1 else None
     dim, mb, M = 1024, 256, args.microbatches
     data = [torch.randn(mb, dim, device=dev) for _ in range(M)]
-    extra = torch.randn(2048, 2048, device=dev)
-    slow = rank == args.slow_rank
+    delay = _straggler(args, rank, torch, dev)
 
     def p2p(send_to=None, t=None, recv_from=None):
         ops = []
@@ -139,8 +149,7 @@ def _pipeline(args, rank, torch, dist, mesh, dev, stage, params):
     def fwd(inp):
         if prev is not None:
             inp.requires_grad_()
-        if slow:
-            _delay(args, torch, extra, args.delay_ms / M)
+        delay(args.delay_ms / M)
         out = stage(inp)
         return out.pow(2).mean() if nxt is None else out
 
@@ -257,12 +266,10 @@ def _cp_ring(args, rank, torch, dist, mesh, dev):
     dim = heads * hd
     ws = [torch.nn.Parameter(torch.randn(dim, dim, device=dev) * 0.02) for _ in range(4)]
     x = torch.randn(seq, dim, device=dev)
-    extra = torch.randn(2048, 2048, device=dev)
-    slow = rank == args.slow_rank
+    delay = _straggler(args, rank, torch, dev)
 
     def step():
-        if slow:
-            _delay(args, torch, extra, args.delay_ms)
+        delay(args.delay_ms)
         wq, wk, wv, wo = ws
         q = (x @ wq).view(seq, heads, hd).transpose(0, 1)
         k = (x @ wk).view(seq, heads, hd).transpose(0, 1)
@@ -303,12 +310,10 @@ def _tp_dp(args, rank, torch, dist, mesh, dev):
     w2 = [torch.nn.Parameter(torch.randn(hidden // tp_size, dim, device=dev) * 0.02) for _ in range(layers)]
     params = w1 + w2
     x = torch.randn(batch, dim, device=dev)
-    extra = torch.randn(2048, 2048, device=dev)
-    slow = rank == args.slow_rank
+    delay = _straggler(args, rank, torch, dev)
 
     def step():
-        if slow:
-            _delay(args, torch, extra, args.delay_ms)
+        delay(args.delay_ms)
         h = x
         for a, b in zip(w1, w2):
             h = h + Reduce.apply(torch.nn.functional.gelu(Copy.apply(h) @ a) @ b)
