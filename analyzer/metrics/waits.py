@@ -10,8 +10,7 @@ each kernel sending to one rank and receiving from another) is no barrier: each 
 own two peers, its kernels do not end together, and an eager send completes without its receiver, so the
 shortest kernel need not be the last arriver's. There a row waited for whichever of its send and recv peers
 started last on the aligned clock, before the row's kernel ended (itself, when it started after both: it
-waited for nobody). ``inst_last``
-is the instance's last arriver (a ring's hop: the latest start).
+waited for nobody). ``inst_last`` is the instance's last arriver (a ring's hop: the latest start).
 """
 
 from __future__ import annotations
@@ -31,17 +30,15 @@ def per_row(inst: pl.DataFrame, aligned_start: pl.Series, aligned_end: pl.Series
         aligned_end.alias("a_end_ns"),
     )
     matched = pl.col("instance").is_not_null()
-    ring = ring_hop(df)
-    if ring is None:  # no peers recorded at all: every instance is a collective or a pair
-        return df.with_columns(
-            pl.when(matched).then(pl.col("dur_ns").min().over("instance")).alias("transfer_ns"),
-            pl.when(matched).then(pl.col("rank").sort_by("dur_ns").first().over("instance")).alias("inst_last"),
-        ).with_columns((pl.col("dur_ns") - pl.col("transfer_ns")).alias("wait_ns"), pl.col("inst_last").alias("last_rank"))
     df = df.with_columns(
         pl.when(matched).then(pl.col("dur_ns").min().over("instance")).alias("transfer_ns"),
-        pl.when(matched & ring).then(pl.col("rank").sort_by("a_start_ns", descending=True).first().over("instance"))
-        .when(matched).then(pl.col("rank").sort_by("dur_ns").first().over("instance")).alias("inst_last"),
+        pl.when(matched).then(pl.col("rank").sort_by("dur_ns").first().over("instance")).alias("inst_last"),
     ).with_columns((pl.col("dur_ns") - pl.col("transfer_ns")).alias("wait_ns"))
+    ring = ring_hop(df)
+    if ring is None:  # no ring hops (the common case): every row waited for its instance's last arriver
+        return df.with_columns(pl.col("inst_last").alias("last_rank"))
+    latest = pl.col("rank").sort_by("a_start_ns", descending=True).first().over("instance")
+    df = df.with_columns(pl.when(matched & ring).then(latest).otherwise(pl.col("inst_last")).alias("inst_last"))
     df = df.with_columns(_gates(df, ring).alias("last_rank"))
     # in a ring's hop a row waited only until its gate started (not at all when it was its own gate); the rest
     # of its kernel moved data, however much longer that took than the hop's fastest kernel
