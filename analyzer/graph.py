@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import polars as pl
 
 from .collectives import assign_steps
@@ -107,7 +108,8 @@ def build(gpu: pl.DataFrame, rows: pl.DataFrame, steps: pl.DataFrame,
     ).drop("_sp_end", "_bp_end")
     instances = _instances(nodes)
     inst = nodes.select("node", "instance").join(instances.select("instance", "inst"), on="instance", how="left")
-    nodes = nodes.with_columns(inst.sort("node")["inst"], _gate_nodes(nodes))
+    nodes = nodes.with_columns(inst.sort("node")["inst"])
+    nodes = nodes.with_columns(_gate_nodes(nodes, instances))
     cols = ["node", "rank", "stream", "kind", "name", "start_ns", "end_ns", "dur_ns", "a_start_ns", "a_end_ns", "step",
             "ordinal", "occurrence", "stream_pred", "slack_ns", "bind_pred", "gap_ns", "inst", "gate_node", "wait_ns",
             "transfer_ns", "op", "pg", "bytes", "group_n"]
@@ -155,13 +157,20 @@ def _instances(nodes: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _gate_nodes(nodes: pl.DataFrame) -> pl.Series:
-    """Per node, the node of the rank it waited for in its instance (itself where none)."""
-    comm = nodes.filter(pl.col("instance").is_not_null()).select("node", "instance", "last_rank")
-    gate = comm.join(nodes.filter(pl.col("instance").is_not_null()).select(
-        "instance", pl.col("rank").alias("last_rank"), pl.col("node").alias("_gate")), on=["instance", "last_rank"])
-    full = nodes["node"].clone()
-    return full.scatter(gate["node"], gate["_gate"]).alias("gate_node")
+def _gate_nodes(nodes: pl.DataFrame, instances: pl.DataFrame) -> pl.Series:
+    """Per node, the node of the rank it waited for in its instance (itself where none): the instance's last
+    arriver's, looked up by instance id; only a ring hop's rows, which waited for their own peers, by join."""
+    last = instances.sort("inst")["last_node"].to_numpy()
+    inst = nodes["inst"].fill_null(-1).to_numpy()
+    node = nodes["node"].to_numpy()
+    gate = np.where(inst >= 0, last[np.maximum(inst, 0)] if last.size else 0, node)
+    own = nodes.select((pl.col("last_rank") != pl.col("inst_last")).fill_null(False)).to_series()
+    if own.any():
+        rows = nodes.filter(own).select("node", "instance", "last_rank")
+        found = rows.join(nodes.filter(pl.col("instance").is_in(rows["instance"].unique())).select(
+            "instance", pl.col("rank").alias("last_rank"), pl.col("node").alias("_gate")), on=["instance", "last_rank"])
+        gate[found["node"].to_numpy()] = found["_gate"].to_numpy()
+    return pl.Series("gate_node", gate, dtype=pl.Int64)
 
 
 def _edges(nodes: pl.DataFrame) -> pl.DataFrame:

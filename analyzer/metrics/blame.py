@@ -75,12 +75,11 @@ def _instances(rows: pl.DataFrame) -> pl.DataFrame:
     # a ring's hop, where rows waited for different ranks (waits.per_row), splits into one instance per rank
     # waited for ("instance@rank"), whose last arriver is that rank; ``inst0`` keeps the hop's own key
     hop = ring_hop(rows)
-    split = pl.lit(False) if hop is None else pl.col("last_rank").n_unique().over("instance") > 1
-    rows = rows.with_columns(
-        pl.col("instance").alias("inst0"), split.alias("split"),
-        (pl.lit(False) if hop is None else hop).alias("ring"),
-    ).with_columns(
-        pl.when("split").then(pl.format("{}@{}", "instance", "last_rank")).otherwise(pl.col("instance")).alias("instance"))
+    rows = rows.with_columns(pl.col("instance").alias("inst0"), (pl.lit(False) if hop is None else hop).alias("ring"))
+    if hop is not None:
+        split = pl.col("last_rank").n_unique().over("instance") > 1
+        rows = rows.with_columns(
+            pl.when(split).then(pl.format("{}@{}", "instance", "last_rank")).otherwise(pl.col("instance")).alias("instance"))
     waited = pl.col("rank") != pl.col("last_rank")
     inst = (
         rows.group_by("instance")
