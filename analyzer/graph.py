@@ -167,8 +167,9 @@ def _gate_nodes(nodes: pl.DataFrame, instances: pl.DataFrame) -> pl.Series:
     own = nodes.select((pl.col("last_rank") != pl.col("inst_last")).fill_null(False)).to_series()
     if own.any():
         rows = nodes.filter(own).select("node", "instance", "last_rank")
-        found = rows.join(nodes.filter(pl.col("instance").is_in(rows["instance"].unique())).select(
-            "instance", pl.col("rank").alias("last_rank"), pl.col("node").alias("_gate")), on=["instance", "last_rank"])
+        hops = nodes.join(rows.select("instance").unique(), on="instance", how="semi")
+        found = rows.join(hops.select("instance", pl.col("rank").alias("last_rank"), pl.col("node").alias("_gate")),
+                          on=["instance", "last_rank"])
         gate[found["node"].to_numpy()] = found["_gate"].to_numpy()
     return pl.Series("gate_node", gate, dtype=pl.Int64)
 

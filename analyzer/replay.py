@@ -134,14 +134,37 @@ class Arrays:
         pos[order] = np.arange(bp.size)
         pos[bp.size] = bp.size
         lead = np.flatnonzero(~simple)
-        groups, also, parent = _ring_groups(inst, col("gate_node"), g.instances.height)
+        p2p = n["op"].is_in(["send", "recv", "send_recv"]).fill_null(False).to_numpy()
+        gate = _apart(np.where(p2p, inst, -1), col("gate_node"), col("a_start_ns"), col("a_end_ns"),
+                      g.instances.height)
+        groups, also, parent = _ring_groups(inst, gate, g.instances.height)
         joined = np.concatenate([groups[groups >= 0], also[also >= 0]])
+        # a kernel that waited for nobody arrives with no wait (a collective's last arriver has none anyway)
+        wait = np.where(gate == np.arange(gate.size), 0, col("wait_ns", 0))
         return cls(rank=col("rank"), end=col("end_ns"), dur=col("dur_ns"),
-                   bind_pred=bp, stream_pred=sp, slack=slack, inst=groups, wait=col("wait_ns", 0),
+                   bind_pred=bp, stream_pred=sp, slack=slack, inst=groups, wait=wait,
                    n_inst=np.bincount(joined, minlength=parent.size).astype(np.int64),
                    n_instances=parent.size, parent=parent, n_graph_instances=g.instances.height, also=also,
                    simple=simple, root=root, chain_order=order, chain_first=chain_first, chain_pos=pos, lead=lead,
                    chain_lead=np.searchsorted(lead, root[order]), chain_floor=-slack[order].astype(np.float64))
+
+
+def _apart(inst: np.ndarray, gate: np.ndarray, start: np.ndarray, end: np.ndarray, n_inst: int) -> np.ndarray:
+    """``gate`` with each kernel of a send/recv pair (``inst``: -1 for the rest) that did not overlap its partner
+    on the aligned clock as its own: an eager send that finished before its receiver started, and that
+    receiver, waited for neither. A collective's kernels end together, so they always overlap."""
+    m = inst >= 0
+    if not m.any():
+        return gate
+    i = inst[m]
+    size = np.bincount(i, minlength=n_inst)
+    last_start = np.full(n_inst, np.iinfo(np.int64).min)
+    first_end = np.full(n_inst, np.iinfo(np.int64).max)
+    np.maximum.at(last_start, i, start[m])
+    np.minimum.at(first_end, i, end[m])
+    apart = np.zeros(inst.size, dtype=bool)
+    apart[m] = (size[i] == 2) & (first_end[i] < last_start[i])
+    return np.where(apart, np.arange(inst.size), gate)
 
 
 def _ring_groups(inst: np.ndarray, gate: np.ndarray, n_inst: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -206,3 +206,21 @@ def test_batches_with_one_peer_pair_up_per_pair_like_a_send_and_its_recv() -> No
         (1, 4): (key.format(0, 1, 2), "p2p_peer"),
         (2, 0): (key.format(1, 2, 0), "p2p_peer"), (2, 1): (key.format(1, 2, 1), "p2p_peer"),
     }
+
+
+def test_an_eager_send_that_ended_before_its_receiver_started_pins_nothing_in_the_replay() -> None:
+    # a pipeline's one-way pair: rank 0's send finished (0-100) long before rank 1's receive started (1000);
+    # the receive found its data and took 400 ns. Rank 1 starting 500 ns sooner ends 500 ns sooner: the pair
+    # is no rendezvous, though the collective rule calls the short send its last arrival
+    df = pl.DataFrame([(0, 20, 0, 100, "ncclDevKernel_SendRecv", "p2p|0<>1|5|s1|k0", 1, None),
+                       (1, 20, 1000, 1400, "ncclDevKernel_SendRecv", "p2p|0<>1|5|s1|k0", None, 0)],
+                      schema=["rank", "stream", "start_ns", "end_ns", "name", "instance", "send_peer", "recv_peer"],
+                      orient="row")
+    df = df.with_columns(pl.col("rank", "send_peer", "recv_peer").cast(pl.Int32), pl.lit("send_recv").alias("op"),
+                         pl.lit("5").alias("pg"), pl.lit("0,1").alias("group_ranks"), pl.lit(2).alias("group_size"),
+                         pl.lit("p2p_peer").alias("match_rule"), pl.lit(1).alias("step"),
+                         pl.lit(None, pl.Int64).alias("in_bytes"), pl.lit(None, pl.Int64).alias("out_bytes"),
+                         pl.lit(2).alias("n_ranks"))
+    rows = waits.per_row(df, df["start_ns"], df["end_ns"])
+    assert rows.select("rank", "last_rank", "wait_ns").rows() == [(0, 0, 0), (1, 0, 300)]
+    assert _replayed(rows, {(1, 1000): 500}) == {(0, 0): (0, 100), (1, 1000): (500, 900)}
