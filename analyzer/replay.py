@@ -137,7 +137,7 @@ class Arrays:
         p2p = n["op"].is_in(["send", "recv", "send_recv"]).fill_null(False).to_numpy()
         gate = _apart(np.where(p2p, inst, -1), col("gate_node"), col("a_start_ns"), col("a_end_ns"),
                       g.instances.height)
-        groups, also, parent = _ring_groups(inst, gate, g.instances.height)
+        groups, also, parent = _gate_groups(inst, gate, g.instances.height)
         joined = np.concatenate([groups[groups >= 0], also[also >= 0]])
         # a kernel that waited for nobody arrives with no wait (a collective's last arriver has none anyway)
         wait = np.where(gate == np.arange(gate.size), 0, col("wait_ns", 0))
@@ -167,16 +167,19 @@ def _apart(inst: np.ndarray, gate: np.ndarray, start: np.ndarray, end: np.ndarra
     return np.where(apart, np.arange(inst.size), gate)
 
 
-def _ring_groups(inst: np.ndarray, gate: np.ndarray, n_inst: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Replay groups: an instance whose kernels all waited for one kernel stays whole; a ring's hop, whose
-    kernels waited for different ones, splits into one group per kernel waited for. A kernel ends with the
-    group of the kernel it waited for (its own, if none); a kernel others waited for also arrives, with no
-    wait, in its own group. Returns each node's group (-1: unmatched), its second group (-1: none) and each
-    group's instance in the graph."""
+def _gate_groups(inst: np.ndarray, gate: np.ndarray, n_inst: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Replay groups: an instance whose kernels all waited for one kernel stays whole; one whose kernels
+    waited for different ones (a ring's hop, a pair that did not overlap) splits into one group per kernel
+    waited for. A kernel ends with the group of the kernel it waited for (its own, if none); a kernel others
+    waited for also arrives, with no wait, in its own group. Returns each node's group (-1: unmatched), its
+    second group (-1: none) and each group's instance in the graph."""
     node = np.arange(inst.size)
     m = inst >= 0
-    pairs = np.unique(np.stack([inst[m], gate[m]]), axis=1) if m.any() else np.zeros((2, 0), dtype=np.int64)
-    split = np.bincount(pairs[0], minlength=n_inst) > 1 if pairs.size else np.zeros(n_inst, dtype=bool)
+    # an instance splits where its kernels' gates differ: their least and greatest differ (no sort)
+    lo, hi = np.full(n_inst, np.iinfo(np.int64).max), np.full(n_inst, -1)
+    np.minimum.at(lo, inst[m], gate[m])
+    np.maximum.at(hi, inst[m], gate[m])
+    split = (hi >= 0) & (lo != hi)
     also = np.full(inst.size, -1, dtype=np.int64)
     if not split.any():
         return inst, also, np.arange(n_inst)
