@@ -160,14 +160,16 @@ def _chunks(sizes: dict[int, int], jobs: int) -> list[list[int]]:
     return out
 
 
-_RECYCLE_BYTES = 64 << 20  # a file this big gets a fresh worker (``_recycled``)
+_RECYCLE_BYTES = 1 << 30  # a file this big gets a fresh worker (``_recycled``)
 
 
 def _recycled(sizes: dict[int, int]) -> dict[str, int]:
-    """A fresh worker per task when a file is big (Python >= 3.11; a pack of small files stays under
-    ``_CHUNK_BYTES``). Python keeps a worker's freed memory (about 180 MB of arenas after a 500 MB rank: a
-    few live objects pin them), so a worker's second big rank peaked ~300 MB above its first; a fork from
-    the server costs ~0.05 s against seconds of parsing. The limit is 1: CPython's executor can deadlock
+    """A fresh worker per task when a file is very big (Python >= 3.11; a pack of small files stays under
+    ``_CHUNK_BYTES``). A worker keeps some freed memory: on the scan path ~180 MB of arenas after a 500 MB
+    rank (a few live objects pin them), on the block path ~90 MB (one process reading 4 fsdp ranks of
+    512 MB peaked at 634, 728, 752, 768 MB). A fresh worker's first rank costs more, though: recycling
+    made 4 x 512 MB cold 8.38 s instead of 7.81 s (peak 1.36 instead of 1.62 GB), so only ranks of 1 GB
+    and more, where the memory matters more than the time, get one. The limit is 1: CPython's executor can deadlock
     with a limit above 1 (gh-115634: a completion that is not a worker's last leaves a stale idle token),
     never with 1."""
     if sys.version_info < (3, 11) or not sizes or max(sizes.values()) < _RECYCLE_BYTES:

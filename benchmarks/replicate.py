@@ -79,31 +79,123 @@ def _copy(e: dict[str, Any], k: int, shift: Decimal, ids: int, steps: int) -> di
 
 def replicate_file(src: Path, dst: Path, mb: float, gap_us: int = 1000, copies: int | None = None) -> int:
     """Write ``dst`` (plain JSON) of about ``mb`` MB from ``src``'s events repeated in time (or ``copies``
-    times); returns the copies."""
+    times); returns the copies.
+
+    Each event keeps the text the profiler wrote (Kineto's indented multi-line layout, its spacing) with
+    only its numbers patched (``_templates``): a parser is measured on the bytes a real capture has. A
+    source whose events cannot be cut out one by one is re-encoded compactly, one event per line.
+    """
+    raw = _text(src)
     doc = _load(src)
     events = doc.pop("traceEvents")
+    body_at = [i for i, e in enumerate(events) if e.get("ph") != "M"]
     meta = [e for e in events if e.get("ph") == "M"]
-    body = [e for e in events if e.get("ph") != "M"]
+    body = [events[i] for i in body_at]
     lo, hi = _span_us(body)
     period = int(math.ceil(hi - lo)) + gap_us
     ids, steps = _id_stride(body), _step_stride(body)
-    one = len(_ENC.encode(body))
-    copies = copies or max(1, round(mb * 1e6 / one))
+    cut = _event_texts(raw, events)
     dst.parent.mkdir(parents=True, exist_ok=True)
+    temps = None
+    if cut is not None:
+        head, texts, sep, tail = cut
+        temps = _templates([texts[i] for i in body_at], body, ids, steps, period)
+    if temps is None:  # compact, one event per line
+        head = _ENC.encode(doc)[:-1] + (b", " if doc else b"") + b'"traceEvents": [\n'
+        sep, tail = b",\n", b"\n]}\n"
+        texts = [_ENC.encode(e) for e in events]
+    meta_text = [texts[i] for i, e in enumerate(events) if e.get("ph") == "M"]
+    one = sum(len(texts[i]) + len(sep) for i in body_at)
+    copies = copies or max(1, round(mb * 1e6 / one))
     with open(dst, "wb") as fh:
-        head = _ENC.encode(doc)
-        fh.write(head[:-1] + (b", " if len(head) > 2 else b"") + b'"traceEvents": [\n')
-        first = True
-        for e in meta:
-            fh.write((b"" if first else b",\n") + _ENC.encode(e))
-            first = False
+        fh.write(head)
+        fh.write(sep.join(meta_text))
+        first = not meta
         for k in range(copies):
-            chunk = [_copy(e, k, Decimal(k * period), ids, steps) for e in body]
-            text = b",\n".join(_ENC.encode(e) for e in chunk)
-            fh.write((b"" if first else b",\n") + text)
+            if temps is None:
+                text = sep.join(_ENC.encode(_copy(e, k, Decimal(k * period), ids, steps)) for e in body)
+            else:
+                text = sep.join(t.render(k) for t in temps)
+            fh.write((b"" if first else sep) + text)
             first = False
-        fh.write(b"\n]}\n")
+        fh.write(tail)
     return copies
+
+
+def _text(path: Path) -> bytes:
+    raw = path.read_bytes()
+    raw = gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
+    return raw[3:] if raw[:3] == b"\xef\xbb\xbf" else raw
+
+
+_OPEN = re.compile(rb"\n( *)\{")
+
+
+def _event_texts(raw: bytes, events: list[dict[str, Any]]) -> tuple[bytes, list[bytes], bytes, bytes] | None:
+    """(text before the first event, each event's text, the separator between events, text after the last)
+    where every event opens a line at one indentation (as Kineto writes them); None: not so."""
+    key = re.search(rb'"traceEvents"\s*:\s*\[', raw)
+    first = _OPEN.search(raw, key.end()) if key else None
+    if first is None or raw[key.end() : first.start()].strip():
+        return None
+    opener = b"\n" + first[1] + b"{"
+    starts, at = [], first.start()
+    while at >= 0:
+        starts.append(at + 1)
+        at = raw.find(opener, at + 1)
+    if len(starts) != len(events):
+        return None
+    end = raw.rindex(b"]", 0, raw.rindex(b"}"))  # the array's ']' before the document's closing '}'
+    bounds = starts[1:] + [end]
+    texts = [raw[s:b].rstrip().removesuffix(b",").rstrip() for s, b in zip(starts, bounds)]
+    sep = raw[starts[0] + len(texts[0]) : starts[1]] if len(starts) > 1 else b",\n"
+    return raw[: starts[0]], texts, sep, raw[starts[-1] + len(texts[-1]) :]
+
+
+class _Template:
+    """An event's text cut at the numbers a copy changes (``_copy``'s rules, checked against it)."""
+
+    _SLOT = re.compile(rb'("(ts|id|correlation|External id|external id|Ev Idx|Python id|Python parent id)"\s*:\s*)'
+                       rb'(-?\d+(?:\.\d+)?)|("name"\s*:\s*"ProfilerStep#)(\d+)')
+
+    def __init__(self, text: bytes, ids: int, steps: int, period: int) -> None:
+        self.parts: list[bytes] = []
+        self.slots: list[tuple[str, Decimal]] = []
+        at = 0
+        for m in self._SLOT.finditer(text):
+            if m[1] is not None:
+                kind = "ts" if m[2] == b"ts" else "id"
+                if kind == "id" and (b"." in m[3] or m[3].startswith(b"-")):
+                    continue
+                self.parts.append(text[at : m.start(3)])
+                at = m.end(3)
+                self.slots.append((kind, Decimal(m[3].decode())))
+            else:
+                self.parts.append(text[at : m.start(5)])
+                at = m.end(5)
+                self.slots.append(("step", Decimal(m[5].decode())))
+        self.parts.append(text[at:])
+        self.ids, self.steps, self.period = ids, steps, period
+
+    def render(self, k: int) -> bytes:
+        step = {"ts": k * self.period, "id": k * self.ids, "step": k * self.steps}
+        out = [self.parts[0]]
+        for (kind, value), part in zip(self.slots, self.parts[1:]):
+            out.append(str(value + step[kind]).encode())
+            out.append(part)
+        return b"".join(out)
+
+
+def _templates(texts: list[bytes], body: list[dict[str, Any]], ids: int, steps: int,
+               period: int) -> list[_Template] | None:
+    """A template per event, or None where one does not render what ``_copy`` makes of its event (an "id"
+    key inside args, say): then the source is re-encoded."""
+    temps = [_Template(t, ids, steps, period) for t in texts]
+    for t, e in zip(temps, body):
+        want = _copy(e, 1, Decimal(period), ids, steps)
+        if json.loads(t.render(1), parse_float=Decimal) != want:
+            return None
+    return temps
 
 
 def replicate_dir(src: Path, dst: Path, mb: float, ranks: int | None = None) -> list[Path]:

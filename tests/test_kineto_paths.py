@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import random
 import string
+from collections.abc import Callable
 from pathlib import Path
 
 import polars as pl
@@ -18,7 +19,7 @@ import pytest
 from polars.testing import assert_frame_equal
 
 from analyzer.errors import TraceError
-from analyzer.ingest import kineto, kineto_scan
+from analyzer.ingest import kineto, kineto_blocks, kineto_scan
 from analyzer.ingest.options import ReadOptions
 from analyzer.model import RankTrace
 from sample_traces.generate import Scenario, build, kineto_text
@@ -27,13 +28,42 @@ SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
 TABLES = ("gpu", "cpu", "comm_calls", "steps")
 
-# Layouts: (json.dumps keyword arguments, must the scan path handle it without falling back?)
-LAYOUTS = {
-    "compact": ({"separators": (",", ":")}, True),
-    "indented": ({"indent": 2}, True),
-    "spaced": ({"separators": (" , ", " : ")}, True),
-    "sorted_keys": ({"sort_keys": True}, True),  # args before cat: the nearest '{' is args'
-    "sorted_indented": ({"sort_keys": True, "indent": 1}, True),
+def _dumps(**kwargs: object) -> Callable[[dict], str]:
+    return lambda doc: json.dumps(doc, **kwargs)
+
+
+def _kineto_layout(doc: dict) -> str:
+    """PyTorch's own layout: each event a block of lines opened by '  {', its args on lines of their own."""
+    def pairs(d: dict) -> str:
+        return ", ".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in d.items())
+
+    blocks = []
+    for e in doc["traceEvents"]:
+        top = {k: v for k, v in e.items() if k != "args"}
+        lines = ["  {", "    " + pairs(top) + ("," if "args" in e else "")]
+        if "args" in e:
+            lines += ['    "args": {', "      " + pairs(e["args"]), "    }"]
+        blocks.append("\n".join([*lines, "  }"]))
+    head = "".join(f"  {json.dumps(k)}: {json.dumps(v)},\n" for k, v in doc.items() if k != "traceEvents")
+    return "\n{\n" + head + '  "traceEvents": [\n' + ",\n".join(blocks) + '\n  ],\n  "traceName": "t.json"\n}'
+
+
+def _lines_layout(doc: dict) -> str:
+    """One event per line (what benchmarks.replicate writes where it cannot keep the source's layout)."""
+    head = {k: v for k, v in doc.items() if k != "traceEvents"}
+    return json.dumps(head)[:-1] + ', "traceEvents": [\n' + ",\n".join(map(json.dumps, doc["traceEvents"])) + "\n]}"
+
+
+# Layouts: (writer, must the scan path handle it?, must the block path?). The block path needs events that
+# open lines; json.dumps without indent writes the whole array on one line.
+LAYOUTS: dict[str, tuple[Callable[[dict], str], bool, bool]] = {
+    "compact": (_dumps(separators=(",", ":")), True, False),
+    "indented": (_dumps(indent=2), True, True),
+    "spaced": (_dumps(separators=(" , ", " : ")), True, False),
+    "sorted_keys": (_dumps(sort_keys=True), True, False),  # args before cat: the nearest '{' is args'
+    "sorted_indented": (_dumps(sort_keys=True, indent=1), True, True),
+    "kineto": (_kineto_layout, True, True),
+    "lines": (_lines_layout, True, True),
 }
 
 
@@ -72,18 +102,23 @@ def _paths(path: Path) -> dict[str, RankTrace]:
     header = kineto._HEADER.decode(data)
     opts = ReadOptions()
     out = {}
-    paths = (("scan", lambda: kineto_scan.scan_select(data, header, opts, False)),
+    paths = (("blocks", lambda: kineto_blocks.block_select(data, header, opts, False)),
+             ("blocks_small", lambda: kineto_blocks.block_select(data, header, opts, False)),
+             ("scan", lambda: kineto_scan.scan_select(data, header, opts, False)),
              ("scan_windows", lambda: kineto_scan.scan_select(data, header, opts, False)),
              ("chunks", lambda: kineto._fast_select(header, opts, False)))
     for name, select in paths:
-        saved = kineto._CHUNK_BYTES, kineto_scan._WINDOW, kineto_scan._BEHIND
+        saved = kineto._CHUNK_BYTES, kineto_scan._WINDOW, kineto_scan._BEHIND, kineto_blocks._CHUNK
         kineto._CHUNK_BYTES = 2048  # many chunks
         if name == "scan_windows":  # windows of ~64 bytes, pages dropped one page behind the passes
             kineto_scan._WINDOW, kineto_scan._BEHIND = 64, 1
+        if name == "blocks_small":  # ~40 Arrow columns and decodes (a few blocks each in the small documents),
+            # pages dropped one page behind
+            kineto_blocks._CHUNK, kineto_scan._BEHIND = max(300, len(data) // 40), 1
         try:
             sel = select()
         finally:
-            kineto._CHUNK_BYTES, kineto_scan._WINDOW, kineto_scan._BEHIND = saved
+            kineto._CHUNK_BYTES, kineto_scan._WINDOW, kineto_scan._BEHIND, kineto_blocks._CHUNK = saved
         if sel is not None:
             tables = sel.tables(kineto._number_times)
             if tables is not None:
@@ -103,12 +138,13 @@ def _assert_same(traces: dict[str, RankTrace]) -> None:
 @pytest.mark.parametrize("tricky", [False, True])
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 def test_all_paths_agree_on_every_layout(tmp_path: Path, layout: str, tricky: bool) -> None:
-    kwargs, scans = LAYOUTS[layout]
+    write, scans, blocks = LAYOUTS[layout]
     path = tmp_path / "rank0.json"
-    path.write_text(json.dumps(_doc(tricky), **kwargs))
+    path.write_text(write(_doc(tricky)))
     traces = _paths(path)
     if scans:
         assert "scan" in traces and "scan_windows" in traces, "the scan path fell back"
+    assert ("blocks" in traces and "blocks_small" in traces) == blocks
     assert "chunks" in traces
     _assert_same(traces)
     if tricky:
@@ -186,6 +222,8 @@ def test_all_paths_agree_on_real_traces(path: Path) -> None:
     traces = _paths(path)
     if "gpu_h200" in path.parts and "sample_traces" in path.parts:
         assert "scan" in traces, "the scan path fell back on a real PyTorch trace"
+    if "sample_traces" in path.parts or "gpu_h200" in path.parts:  # PyTorch wrote these: events open lines
+        assert "blocks" in traces and "blocks_small" in traces, "the block path fell back on a real PyTorch trace"
     _assert_same(traces)
 
 
@@ -340,3 +378,63 @@ def test_an_event_the_scan_cannot_place_sends_the_file_down_another_path(tmp_pat
     (exact,) = kineto.read_tables_exact(path, ReadOptions(), cpu_ops=False)
     _assert_same({"read": t, "exact": exact})
     assert kernel["name"] in t.gpu["name"].to_list()
+
+
+def _kineto_file(tmp_path: Path, doc: dict, edit: Callable[[str], str] = lambda t: t) -> Path:
+    path = tmp_path / "rank0.json"
+    path.write_text(edit(_kineto_layout(doc)))
+    return path
+
+
+def _blocks(path: Path) -> kineto._Selection | None:
+    data = kineto._file_bytes(path)
+    return kineto_blocks.block_select(data, kineto._HEADER.decode(data), ReadOptions(), False)
+
+
+def test_an_array_of_objects_opening_lines_inside_an_event_is_not_read_as_events(tmp_path: Path) -> None:
+    """A nested array whose objects open lines at the events' indentation: the lines split one event into
+    blocks, and one of them, a whole object with "cat": "kernel", would be decoded as a kernel. The block
+    before ends with '[' instead of '}': the block path declines the file."""
+    doc = _doc(False)
+    op = next(e for e in doc["traceEvents"] if e.get("cat") == "cpu_op")
+    op["args"] = {"marker": "NESTED"}
+    fake = '{"ph": "X", "cat": "kernel", "name": "fake", "pid": 0, "tid": 7, "ts": 5, "dur": 5}'
+    path = _kineto_file(tmp_path, doc, lambda t: t.replace('"marker": "NESTED"', f'"list": [\n  {fake},\n  {{"y": 1}}]'))
+    assert json.loads(path.read_text())  # still valid JSON, the fake kernel inside the cpu_op's args
+    assert _blocks(path) is None
+    assert "fake" not in kineto.read_tables_exact(path, ReadOptions(), cpu_ops=False)[0].gpu["name"].to_list()
+
+
+def test_two_events_on_one_line_keep_the_second_ones_launch(tmp_path: Path) -> None:
+    """One event per line except one line holding an unlinked runtime call and then a launch: the block's
+    correlation read is the first event's, so the block is offered anyway, does not decode as one object,
+    and the file goes down the scan path, which keeps the launch."""
+    doc = _doc(False)
+    events = doc["traceEvents"]
+    kernel = next(e for e in events if e.get("cat") == "kernel")
+    corr = kernel["args"]["correlation"]
+    launch = next(e for e in events if e.get("cat") == "cuda_runtime" and e["args"].get("correlation") == corr)
+    events.remove(launch)
+    noise = {"ph": "X", "cat": "cuda_runtime", "name": "cudaEventQuery", "pid": 1, "tid": 1, "ts": launch["ts"],
+             "dur": 1.0, "args": {"cbid": 1, "correlation": 10**9}}
+    text = _lines_layout(doc)
+    last = json.dumps(events[-1])
+    text = text.replace(last, f"{last},\n{json.dumps(noise)}, {json.dumps(launch)}")
+    path = tmp_path / "rank0.json"
+    path.write_text(text)
+    assert _blocks(path) is None
+    (got,) = kineto.read_tables(path, ReadOptions(), cpu_ops=False)
+    (exact,) = kineto.read_tables_exact(path, ReadOptions(), cpu_ops=False)
+    _assert_same({"read": got, "exact": exact})
+    assert corr in got.cpu.filter(pl.col("kind") == "runtime")["correlation"].to_list()
+
+
+def test_a_name_with_a_false_separator_is_decoded_on_its_own(tmp_path: Path) -> None:
+    """A kernel whose name holds '}, {' marks its block: that block is decoded alone, the rest together."""
+    doc = _doc(False)
+    kernels = [e for e in doc["traceEvents"] if e.get("cat") == "kernel"]
+    kernels[2]["name"] = "f<{lambda(float)#1}, {lambda(int)#2}>"
+    path = _kineto_file(tmp_path, doc)
+    sel = _blocks(path)
+    assert sel is not None and kernels[2]["name"] in [e.name for e in sel.gpu]
+    assert len(sel.gpu) == len([e for e in doc["traceEvents"] if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")])

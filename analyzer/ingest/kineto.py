@@ -3,15 +3,18 @@
 Profiler JSON is huge and mostly noise, so events are decoded with msgspec into small typed
 structs that keep only the fields the analysis reads, and converted to int64 nanoseconds exactly.
 
-Three paths, fastest first, each falling back to the next (see benchmarks/README.md):
+Four paths, fastest first, each falling back to the next (see benchmarks/README.md):
 
-1. Scan: msgspec validates the whole document, then a byte scan finds the few events any table
-   reads (by their ``"cat"`` value, or ``record_param_comms``/``ProfilerStep#`` in the text) and only
-   those are decoded. Noise events (python_function, cpu_op: ~90% of a trace) never become objects.
-2. Chunks: the event array is decoded in chunks into small structs and selected in Python.
-3. Exact: the whole document with timestamps kept as raw JSON text (``us_text_to_ns``).
+1. Blocks (``kineto_blocks``): msgspec validates the whole document; where every event opens a line (as
+   PyTorch writes them), each event's text is one row of an Arrow column over the mapped file, Polars
+   marks the rows some table reads and pulls out their correlations, and only those rows are decoded.
+2. Scan (``kineto_scan``): the same selection by a byte scan in Python, for any layout: the events with
+   a table's ``"cat"`` value, or ``record_param_comms``/``ProfilerStep#`` in the text, and the launches
+   linked to them. Noise events (python_function, cpu_op: ~90% of a trace) never become objects.
+3. Chunks: the event array is decoded in chunks into small structs and selected in Python.
+4. Exact: the whole document with timestamps kept as raw JSON text (``us_text_to_ns``).
 
-Paths 1-2 decode ``ts``/``dur`` as numbers (exact below 2^43 µs, which covers PyTorch >= 2.4's relative
+Paths 1-3 decode ``ts``/``dur`` as numbers (exact below 2^43 µs, which covers PyTorch >= 2.4's relative
 float µs and integer epoch µs); a float past that, a chunk or event that does not split cleanly, or a
 type surprise sends the file down the exact path, so all paths give the same tables (tested).
 """
@@ -29,6 +32,7 @@ import polars as pl
 
 from ..errors import TraceError
 from ..model import ProcessGroup, RankMeta, RankTrace
+from .kineto_blocks import block_select
 from .kineto_events import _CHUNK_EVENTS, _DECODER, _EMPTY, _HEADER, Buffer, _Header, _Selection, _Trace
 from .kineto_scan import scan_select
 from .kineto_tables import _as_int, _number_times, _text_times
@@ -110,7 +114,9 @@ def read_tables(path: Path, options: ReadOptions, cpu_ops: bool = True) -> list[
     except (msgspec.MsgspecError, UnicodeDecodeError):
         header = None  # the exact path words the error
     if header is not None:
-        sel = scan_select(data, header, options, cpu_ops)
+        sel = block_select(data, header, options, cpu_ops)
+        if sel is None:
+            sel = scan_select(data, header, options, cpu_ops)
         if sel is None:
             sel = _fast_select(header, options, cpu_ops)
         header.traceEvents = _EMPTY  # drop the view into ``data``

@@ -1,0 +1,252 @@
+"""The Kineto block path: where every event opens a line, select the events a table reads in Polars.
+
+Kineto writes each event as a block of lines opened by ``{`` at one indentation (``\\n  {\\n`` in PyTorch's
+layout; json.dump's ``indent`` and one-event-per-line writers do the same at other depths). Then an
+event's text is everything from its opener to the next one, and which events a table reads can be
+decided for all of them at once: the blocks become one Arrow string column over the mapped bytes (no
+copy), Polars' regex engine marks those with a table's category or name and pulls out each block's
+``"correlation"``, and only the marked blocks and the runtime calls linked to a GPU event are decoded,
+in one msgspec call per batch. Every event is looked at in Rust; Python only sees the ~15% decoded.
+
+The same candidates as ``kineto_scan`` are offered to the same ``_Selection.feed``, so the tables are
+the same (tested on every real capture). None means "not this layout": ``kineto.py`` takes the scan path.
+"""
+
+from __future__ import annotations
+
+import re
+
+import msgspec
+import numpy as np
+import polars as pl
+import pyarrow as pa
+
+from .kineto_events import _CHUNK_EVENTS, _EVENT, Buffer, _Event, _Header, _Selection
+from .kineto_scan import _Resident
+from .kineto_tables import _CPU_CATS, _GPU_CATS
+from .options import ReadOptions
+
+_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+_CHUNK = 32 << 20  # blocks are cut into Arrow columns this size (int32 offsets; bounded scratch memory)
+_LONG = 19  # digits from which a correlation may not fit int64: such a block is always offered
+
+
+def _hit_regex(cats: tuple[str, ...]) -> str:
+    alts = "|".join(re.escape(c) for c in sorted(set(cats), key=len, reverse=True))
+    return rf'"cat"\s*:\s*"(?:{alts})"|record_param_comms|ProfilerStep#'
+
+
+_SCAN_CATS = (*_GPU_CATS, *(c for c, kind in _CPU_CATS.items() if kind == "annotation"))
+_HITS = _hit_regex(_SCAN_CATS)
+_HITS_WITH_OPS = _hit_regex((*_SCAN_CATS, *(c for c, kind in _CPU_CATS.items() if kind == "op")))
+_CORR = r'"correlation"\s*:\s*(-?\d+)'
+_TWO_RX = r"\}\s*,\s*\{"  # two objects in one block (or such text in a string)
+
+
+def _opener(data: Buffer, lo: int, hi: int) -> bytes | None:
+    """``\\n`` + the indentation + ``{`` that opens the first event, if it opens a line; else None."""
+    at = lo
+    while at < hi and data[at : at + 1] in (b" ", b"\t", b"\r", b"\n"):
+        at += 1
+    if at >= hi or data[at : at + 1] != b"{":
+        return None
+    nl = data.rfind(b"\n", lo, at)
+    if nl < 0 or data[nl + 1 : at].strip(b" "):
+        return None
+    return data[nl:at] + b"{"
+
+
+def _starts(data: Buffer, lo: int, hi: int, opener: bytes) -> np.ndarray:
+    """The line starts in [lo, hi) where an ``opener`` (a '\\n', the indentation, '{') ends."""
+    ind = len(opener) - 2
+    back = min(lo, ind + 1)  # the opener of a block at ``lo`` begins before it
+    buf = np.frombuffer(data, dtype=np.uint8, count=hi - lo + back, offset=lo - back)
+    p = np.flatnonzero(buf[back + ind :] == ord("{")) + back + ind
+    ok = buf[p - ind - 1] == ord("\n")
+    for j in range(1, ind + 1):
+        ok &= buf[p - j] == ord(" ")
+    return p[ok] - ind - back + lo
+
+
+def block_select(data: Buffer, header: _Header, options: ReadOptions, cpu_ops: bool) -> _Selection | None:
+    """Select and decode, block by block; None: the events do not each open a line (take the scan path).
+
+    Two passes front to back, as the scan's: the first marks and decodes each chunk's category and name
+    hits while its pages are resident, the second decodes the runtime calls linked to a GPU event; pages a
+    pass has left behind are dropped (``_Resident``), so a worker does not hold the whole file.
+    """
+    if options.step_marker:  # a custom marker can match any name: no pattern to mark blocks by
+        return None
+    key = _EVENTS_KEY.search(data)
+    if key is None:
+        return None
+    lo = key.end()  # after '['
+    hi = lo + len(header.traceEvents) - 2  # the array's ']'
+    if data[hi : hi + 1] != b"]":
+        return None
+    opener = _opener(data, lo, hi)
+    if opener is None:
+        return None
+    hits_re = _HITS_WITH_OPS if cpu_ops else _HITS
+    starts: list[np.ndarray] = []
+    hits: list[np.ndarray] = []
+    nums: list[np.ndarray] = []
+    twos: list[np.ndarray] = []  # blocks with '}' ',' '{' (two events on a line, or such a name): decoded alone
+    longs: list[np.ndarray] = []
+    found: list[_Event] = []
+    pages = _Resident(data)
+    pos = lo
+    while pos < hi:
+        cut = hi
+        if hi - pos > _CHUNK:
+            nxt = data.find(opener, pos + _CHUNK, hi)
+            cut = hi if nxt < 0 else nxt + 1
+        s = _starts(data, pos, cut, opener)
+        if s.size == 0 or s[0] != pos and (pos != lo or data[lo : s[0]].strip()):
+            return None  # text before the first event, or a chunk not cut at an opener: not this layout
+        ends = np.r_[s[1:], cut]
+        if not _closed(data, s, ends):
+            return None
+        col = _column(data, s, cut)
+        if col is None:
+            return None
+        frame = pl.DataFrame({"t": col}).select(
+            pl.col("t").str.contains(hits_re).alias("hit"),
+            pl.col("t").str.extract(_CORR).alias("c"),
+            pl.col("t").str.contains(_TWO_RX).alias("two"),
+        )
+        del col
+        c = frame["c"]
+        hit, two = frame["hit"].to_numpy(), frame["two"].to_numpy()
+        got = _decode(data, s, ends, np.flatnonzero(hit), two)
+        if got is None:
+            return None
+        found += got
+        starts.append(s)
+        hits.append(hit)
+        twos.append(two)
+        nums.append(c.cast(pl.Int64, strict=False).fill_null(_NONE).to_numpy())
+        longs.append((c.str.len_bytes().fill_null(0) >= _LONG).to_numpy())
+        del frame, c
+        pos = cut
+        pages.behind(pos)
+    pages.restart()
+    s = np.concatenate(starts)
+    ends = np.r_[s[1:], hi]
+    hit, two = np.concatenate(hits), np.concatenate(twos)
+    linked = _numbers([e.args.correlation for e in found if e.cat in _GPU_CATS and e.args is not None])
+    # runtime calls (any event but a hit) whose correlation is on a GPU event. Offered too (a superset is
+    # safe: feed applies the rule): a number too long for int64, and a block that may hold a second event
+    # (its correlation would not be the one read)
+    want = np.flatnonzero((_linked(np.concatenate(nums), linked) | np.concatenate(longs) | two) & ~hit)
+    more: list[_Event] = []
+    for part in np.array_split(want, max(1, (hi - lo) // _CHUNK)):  # in file order, a chunk's span at a time
+        got = _decode(data, s, ends, part, two)
+        if got is None:
+            return None
+        more += got
+        if part.size:
+            pages.behind(int(ends[part[-1]]))
+    pages.restart()
+    order = np.argsort(np.r_[np.flatnonzero(hit), want], kind="stable")
+    events = found + more
+    sel = _Selection(header, options, cpu_ops)
+    sel.feed([events[i] for i in order])
+    return sel
+
+
+def _closed(data: Buffer, s: np.ndarray, ends: np.ndarray) -> bool:
+    """Does every block end with '}' (before its separator)? A line opened by '{' at the events'
+    indentation inside an event (an array of objects whose first one opens a line) leaves a block that
+    ends with '[' or ':' instead. One shape this cannot tell, as the scan path cannot: such an array whose
+    first object shares the line of its '[' (blocks that each decode are then nested objects)."""
+    e = _trimmed(data, s, ends)
+    return bool((np.frombuffer(data, dtype=np.uint8)[np.maximum(e - 1, 0)] == ord("}")).all())
+
+
+def _linked(num: np.ndarray, linked: np.ndarray) -> np.ndarray:
+    """``np.isin(num, linked)``; by a lookup table where the numbers are small (correlations count up
+    from 0), which is O(n) where isin sorts 1.4 M numbers per 500 MB rank (0.3 s)."""
+    if linked.size == 0:
+        return np.zeros(num.size, dtype=bool)
+    top = int(linked.max())
+    if linked.min() < 0 or top > 64 * max(num.size, 1 << 20):
+        return np.isin(num, linked)
+    table = np.zeros(top + 2, dtype=bool)
+    table[linked] = True
+    return table[np.clip(num, -1, top + 1)]  # -1 and top + 1 read False (table[-1] is table[top + 1])
+
+
+def _column(data: Buffer, s: np.ndarray, cut: int) -> pa.Array | None:
+    """The blocks [s_i, s_i+1) and [s_last, cut) as one Arrow string column over ``data`` (no copy);
+    None where the bytes are not UTF-8 (msgspec's check of the document skips unread strings)."""
+    base = int(s[0])
+    offsets = np.r_[s - base, cut - base].astype(np.int32)
+    buf = pa.py_buffer(memoryview(data)[base:cut])
+    col = pa.Array.from_buffers(pa.binary(), len(s), [None, pa.py_buffer(offsets), buf])
+    try:
+        return col.cast(pa.string())  # validates UTF-8
+    except pa.ArrowInvalid:
+        return None
+
+
+def _decode(data: Buffer, s: np.ndarray, ends: np.ndarray, idx: np.ndarray, two: np.ndarray) -> list[_Event] | None:
+    """The events of blocks ``idx`` (indexes into ``s``, ``ends``, ``two``), in that order; None: some block
+    is not exactly one object.
+
+    Blocks ``two`` marks (their text has '}' ',' '{') are decoded one at a time: a slice that decodes alone
+    is one object. The others in one msgspec call, joined as one array, which must give one object per
+    block: a second object in a block needs the text ``two`` looks for, and a block holding only part of
+    an object leaves fewer objects than blocks (or no valid array).
+    """
+    if idx.size == 0:
+        return []
+    view = memoryview(data)
+    texts = [view[a:b] for a, b in zip(s[idx].tolist(), _trimmed(data, s[idx], ends[idx]).tolist())]
+    alone = two[idx].tolist()
+    batch = [t for t, one in zip(texts, alone) if not one]
+    try:
+        rest = _CHUNK_EVENTS.decode(b"[" + b",".join(batch) + b"]") if batch else []
+        if len(rest) != len(batch):
+            return None
+        it = iter(rest)
+        return [_EVENT.decode(t) if one else next(it) for t, one in zip(texts, alone)]
+    except (msgspec.MsgspecError, UnicodeDecodeError):
+        return None
+
+
+def _trimmed(data: Buffer, s: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Each block's end before its trailing whitespace and one ',' (what separates it from the next)."""
+    whole = np.frombuffer(data, dtype=np.uint8)
+    e = ends.copy()
+    comma = np.zeros(e.size, dtype=bool)
+    for _ in range(64):  # a few bytes: '},\n' and the indentation are on the next block's line
+        c = whole[np.maximum(e - 1, s)]
+        space = (c == 32) | (c == 10) | (c == 13) | (c == 9)
+        cut = (space | ((c == ord(",")) & ~comma)) & (e > s)
+        if not cut.any():
+            return e
+        comma |= cut & (c == ord(","))
+        e -= cut
+    return ends  # odd trailing text: the untrimmed block fails to decode and says so
+
+
+_NONE = -(2**63)  # no correlation (or one too long: such blocks are offered anyway); no event has it
+
+
+def _numbers(values: list[object]) -> np.ndarray:
+    """GPU events' correlations as int64, those that are numbers at all (the scan path's ``_number``).
+
+    Nearly always plain ints: one numpy conversion. Otherwise each value on its own: an integral float
+    reads as its int, anything else links nothing."""
+    arr = np.array(values) if values else np.zeros(0, dtype=np.int64)
+    if arr.dtype == np.int64:
+        return arr  # (a bool among ints would read as 0/1: one more runtime call offered, which is safe)
+    out = [_number(v) for v in values]
+    return np.array([v for v in out if v is not None], dtype=np.int64)
+
+
+def _number(value: object) -> int | None:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value == value and abs(value) < 2**63:
+        return int(value)
+    return None

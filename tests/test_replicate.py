@@ -1,0 +1,43 @@
+"""benchmarks.replicate: scaled copies keep the profiler's bytes, and shift only what makes copies distinct."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from decimal import Decimal
+from pathlib import Path
+
+from benchmarks.replicate import replicate_file
+
+SRC = sorted((Path(__file__).resolve().parents[1] / "sample_traces" / "gpu_h200" / "host_straggler").glob("rank0*"))[0]
+IDS = ("correlation", "External id")
+
+
+def test_copies_keep_the_source_layout_and_shift_times_and_ids(tmp_path: Path) -> None:
+    raw = gzip.decompress(SRC.read_bytes())
+    out = tmp_path / "rank0.json"
+    assert replicate_file(SRC, out, mb=0, copies=2) == 2
+    text = out.read_bytes()
+    src = json.loads(raw, parse_float=Decimal)["traceEvents"]
+    got = json.loads(text, parse_float=Decimal)["traceEvents"]
+    meta = [e for e in src if e.get("ph") == "M"]
+    body = [e for e in src if e.get("ph") != "M"]
+    assert len(got) == len(meta) + 2 * len(body)
+    first, second = got[len(meta) : len(meta) + len(body)], got[len(meta) + len(body) :]
+    assert first == body  # copy 0 is the source
+    # every event of copy 1 is its source event with one time shift and one id stride for all
+    shift = {b["ts"] - a["ts"] for a, b in zip(body, second) if "ts" in a}
+    stride = {b["args"][k] - a["args"][k] for a, b in zip(body, second) for k in IDS if k in a.get("args", {})}
+    assert len(shift) == 1 and len(stride) == 1
+    (d,) = shift
+    assert d > max(e["ts"] + e.get("dur", 0) for e in body) - min(e["ts"] for e in body) and d == int(d)
+    for a, b in zip(body, second):
+        rest = {k: v for k, v in b.items() if k not in ("ts", "args", "name", "id")}
+        assert rest == {k: v for k, v in a.items() if k not in ("ts", "args", "name", "id")}
+    steps = [(e["cat"], e["name"]) for e in got if str(e.get("name", "")).startswith("ProfilerStep#")]
+    assert len(steps) == len(set(steps)) > 0  # each marker's step number stays unique across copies
+    # the bytes: each source event's text appears as written, Kineto's indentation included
+    kernel = next(e for e in body if e.get("cat") == "kernel")
+    at = raw.index(json.dumps(kernel["name"]).encode())
+    block = raw[raw.rindex(b"\n  {", 0, at) : raw.index(b"\n  }", at) + 4]
+    assert block.count(b"\n") >= 3 and text.count(block) == 1  # copy 0 verbatim; copy 1's numbers differ
