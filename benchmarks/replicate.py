@@ -81,9 +81,10 @@ def replicate_file(src: Path, dst: Path, mb: float, gap_us: int = 1000, copies: 
     """Write ``dst`` (plain JSON) of about ``mb`` MB from ``src``'s events repeated in time (or ``copies``
     times); returns the copies.
 
-    Each event keeps the text the profiler wrote (Kineto's indented multi-line layout, its spacing) with
-    only its numbers patched (``_templates``): a parser is measured on the bytes a real capture has. A
-    source whose events cannot be cut out one by one is re-encoded compactly, one event per line.
+    Each event keeps the text its writer wrote (Kineto's indented multi-line layout, json.dump's one line,
+    the spacing) with only its numbers patched (``_templates``), and copies are joined as the source joins
+    its events: a parser is measured on the bytes a real capture has. A source whose numbers cannot be
+    patched so is re-encoded compactly, one event per line.
     """
     raw = _text(src)
     doc = _load(src)
@@ -128,28 +129,28 @@ def _text(path: Path) -> bytes:
     return raw[3:] if raw[:3] == b"\xef\xbb\xbf" else raw
 
 
-_OPEN = re.compile(rb"\n( *)\{")
+class _Events(msgspec.Struct):
+    traceEvents: list[msgspec.Raw]  # noqa: N815 - Kineto's key
 
 
 def _event_texts(raw: bytes, events: list[dict[str, Any]]) -> tuple[bytes, list[bytes], bytes, bytes] | None:
-    """(text before the first event, each event's text, the separator between events, text after the last)
-    where every event opens a line at one indentation (as Kineto writes them); None: not so."""
-    key = re.search(rb'"traceEvents"\s*:\s*\[', raw)
-    first = _OPEN.search(raw, key.end()) if key else None
-    if first is None or raw[key.end() : first.start()].strip():
+    """(text before the first event, each event's text as written, the separator between the first two
+    events, text after the last); None where the events cannot be found in order."""
+    try:
+        texts = [bytes(r) for r in msgspec.json.decode(raw, type=_Events).traceEvents]
+    except msgspec.MsgspecError:
         return None
-    opener = b"\n" + first[1] + b"{"
-    starts, at = [], first.start()
-    while at >= 0:
-        starts.append(at + 1)
-        at = raw.find(opener, at + 1)
-    if len(starts) != len(events):
+    if len(texts) != len(events) or not texts:
         return None
-    end = raw.rindex(b"]", 0, raw.rindex(b"}"))  # the array's ']' before the document's closing '}'
-    bounds = starts[1:] + [end]
-    texts = [raw[s:b].rstrip().removesuffix(b",").rstrip() for s, b in zip(starts, bounds)]
-    sep = raw[starts[0] + len(texts[0]) : starts[1]] if len(starts) > 1 else b",\n"
-    return raw[: starts[0]], texts, sep, raw[starts[-1] + len(texts[-1]) :]
+    at, spans = raw.index(b'"traceEvents"'), []
+    for t in texts:
+        at = raw.find(t, at)
+        if at < 0:
+            return None
+        spans.append((at, at + len(t)))
+        at += len(t)
+    sep = raw[spans[0][1] : spans[1][0]] if len(spans) > 1 else b",\n"
+    return raw[: spans[0][0]], texts, sep, raw[spans[-1][1] :]
 
 
 class _Template:

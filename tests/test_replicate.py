@@ -41,3 +41,16 @@ def test_copies_keep_the_source_layout_and_shift_times_and_ids(tmp_path: Path) -
     at = raw.index(json.dumps(kernel["name"]).encode())
     block = raw[raw.rindex(b"\n  {", 0, at) : raw.index(b"\n  }", at) + 4]
     assert block.count(b"\n") >= 3 and text.count(block) == 1  # copy 0 verbatim; copy 1's numbers differ
+
+
+def test_a_one_line_source_stays_one_line(tmp_path: Path) -> None:
+    """json.dump's layout (HTA's samples): the whole event array on one line, events joined by ', '."""
+    doc = json.loads(gzip.decompress(SRC.read_bytes()))
+    src = tmp_path / "src.json"
+    src.write_text(json.dumps(doc))
+    out = tmp_path / "rank0.json"
+    replicate_file(src, out, mb=0, copies=3)
+    text = out.read_bytes()
+    assert text.count(b"\n") == 0 and b'}, {"ph": ' in text
+    assert len(json.loads(text)["traceEvents"]) == 3 * len(doc["traceEvents"]) - 2 * sum(
+        e.get("ph") == "M" for e in doc["traceEvents"])
