@@ -275,7 +275,8 @@ def test_scan_pattern_finds_categories_and_correlation_digits() -> None:
                    (text.index(b'"correlation" :'), b"-42"), (text.index(b'"correlation": 7'), b"7")]
 
 
-def test_odd_correlations_read_like_the_exact_path(tmp_path: Path) -> None:
+@pytest.mark.parametrize("layout", ["compact", "kineto"])
+def test_odd_correlations_read_like_the_exact_path(tmp_path: Path, layout: str) -> None:
     """A GPU event without args, a negative correlation and one of 19 digits (inside int64, too long for the
     scan's fast number): their launches are kept exactly as the exact path keeps them."""
     doc = _doc(False)
@@ -294,9 +295,9 @@ def test_odd_correlations_read_like_the_exact_path(tmp_path: Path) -> None:
     events.append({"ph": "X", "cat": "kernel", "name": "no_corr", "pid": 0, "tid": 7, "ts": t0 + 5, "dur": 1.0,
                    "args": {"device": 0, "stream": 7}})
     path = tmp_path / "rank0.json"
-    path.write_text(json.dumps(doc))
+    path.write_text(LAYOUTS[layout][0](doc))
     traces = _paths(path)
-    assert "scan" in traces
+    assert "scan" in traces and ("blocks" in traces) == (layout == "kineto")
     _assert_same(traces)
     launches = traces["scan"].cpu.filter(pl.col("kind") == "runtime")["correlation"].to_list()
     assert -7 in launches and big in launches
@@ -438,3 +439,11 @@ def test_a_name_with_a_false_separator_is_decoded_on_its_own(tmp_path: Path) -> 
     sel = _blocks(path)
     assert sel is not None and kernels[2]["name"] in [e.name for e in sel.gpu]
     assert len(sel.gpu) == len([e for e in doc["traceEvents"] if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")])
+
+
+@pytest.mark.parametrize("values", [[5, -7, 0, 10**18 + 7], [3, 2**63, -1], [1.0, 2, "x", None, float("nan")],
+                                    [10**19 - 1], []])
+def test_the_block_paths_links_are_the_scan_paths(values: list) -> None:
+    """The correlations a GPU event links, taken all at once (numpy) where the scan path takes them one by one."""
+    want = {kineto_scan._number(v) for v in values} - {None}
+    assert set(kineto_blocks._numbers(values).tolist()) == want

@@ -22,7 +22,7 @@ import polars as pl
 import pyarrow as pa
 
 from .kineto_events import _CHUNK_EVENTS, _EVENT, Buffer, _Event, _Header, _Selection
-from .kineto_scan import _Resident
+from .kineto_scan import _SCAN_CATS, _number, _Resident
 from .kineto_tables import _CPU_CATS, _GPU_CATS
 from .options import ReadOptions
 
@@ -36,7 +36,6 @@ def _hit_regex(cats: tuple[str, ...]) -> str:
     return rf'"cat"\s*:\s*"(?:{alts})"|record_param_comms|ProfilerStep#'
 
 
-_SCAN_CATS = (*_GPU_CATS, *(c for c, kind in _CPU_CATS.items() if kind == "annotation"))
 _HITS = _hit_regex(_SCAN_CATS)
 _HITS_WITH_OPS = _hit_regex((*_SCAN_CATS, *(c for c, kind in _CPU_CATS.items() if kind == "op")))
 _CORR = r'"correlation"\s*:\s*(-?\d+)'
@@ -245,8 +244,3 @@ def _numbers(values: list[object]) -> np.ndarray:
     out = [_number(v) for v in values]
     return np.array([v for v in out if v is not None], dtype=np.int64)
 
-
-def _number(value: object) -> int | None:
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and value == value and abs(value) < 2**63:
-        return int(value)
-    return None
