@@ -447,3 +447,22 @@ def test_the_block_paths_links_are_the_scan_paths(values: list) -> None:
     """The correlations a GPU event links, taken all at once (numpy) where the scan path takes them one by one."""
     want = {kineto_scan._number(v) for v in values} - {None}
     assert set(kineto_blocks._numbers(values).tolist()) == want
+
+
+def test_bytes_that_are_not_utf8_send_the_block_path_away(tmp_path: Path) -> None:
+    """msgspec's check of the document skips strings no one decodes, so a noise event's name may hold bytes
+    that are not UTF-8: the block path declines the file (its Arrow column would not be text), and the file
+    reads as the scan path reads it, byte for byte the same tables."""
+    doc = _doc(False)
+    op = next(e for e in doc["traceEvents"] if e.get("cat") == "cpu_op")
+    op["name"] = "NOT_UTF8"
+    path = tmp_path / "rank0.json"
+    path.write_bytes(_kineto_layout(doc).encode().replace(b"NOT_UTF8", b"bad\xff\xfename"))
+    assert _blocks(path) is None
+    data = kineto._file_bytes(path)
+    sel = kineto_scan.scan_select(data, kineto._HEADER.decode(data), ReadOptions(), False)
+    assert sel is not None
+    (got,) = kineto.read_tables(path, ReadOptions(), cpu_ops=False)
+    want = kineto._rank_trace(path, kineto._rank_meta(path, sel.header, ReadOptions()), sel.tables(kineto._number_times))
+    _assert_same({"read": got, "exact": want})
+    assert got.gpu.height > 0
