@@ -22,11 +22,10 @@ import polars as pl
 import pyarrow as pa
 
 from .kineto_events import _CHUNK_EVENTS, _EVENT, Buffer, _Event, _Header, _Selection
-from .kineto_scan import _SCAN_CATS, _number, _Resident
+from .kineto_scan import _EVENTS_KEY, _SCAN_CATS, _number, _Resident
 from .kineto_tables import _CPU_CATS, _GPU_CATS
 from .options import ReadOptions
 
-_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _CHUNK = 32 << 20  # blocks are cut into Arrow columns this size (int32 offsets; bounded scratch memory)
 _LONG = 19  # digits from which a correlation may not fit int64: such a block is always offered
 
@@ -79,15 +78,16 @@ def block_select(data: Buffer, header: _Header, options: ReadOptions, cpu_ops: b
     key = _EVENTS_KEY.search(data)
     if key is None:
         return None
-    lo = key.end()  # after '['
+    lo = key.end() + 1  # after '['
     hi = lo + len(header.traceEvents) - 2  # the array's ']'
-    if data[hi : hi + 1] != b"]":
+    if data[lo - 1 : lo] != b"[" or data[hi : hi + 1] != b"]":
         return None
     opener = _opener(data, lo, hi)
     if opener is None:
         return None
     hits_re = _HITS_WITH_OPS if cpu_ops else _HITS
     starts: list[np.ndarray] = []
+    tails: list[np.ndarray] = []  # each block's end before its separator
     hits: list[np.ndarray] = []
     nums: list[np.ndarray] = []
     twos: list[np.ndarray] = []  # blocks with '}' ',' '{' (two events on a line, or such a name): decoded alone
@@ -103,8 +103,8 @@ def block_select(data: Buffer, header: _Header, options: ReadOptions, cpu_ops: b
         s = _starts(data, pos, cut, opener)
         if s.size == 0 or s[0] != pos and (pos != lo or data[lo : s[0]].strip()):
             return None  # text before the first event, or a chunk not cut at an opener: not this layout
-        ends = np.r_[s[1:], cut]
-        if not _closed(data, s, ends):
+        tail = _trimmed(data, s, np.r_[s[1:], cut])
+        if not _closed(data, tail):
             return None
         col = _column(data, s, cut)
         if col is None:
@@ -117,11 +117,12 @@ def block_select(data: Buffer, header: _Header, options: ReadOptions, cpu_ops: b
         del col
         c = frame["c"]
         hit, two = frame["hit"].to_numpy(), frame["two"].to_numpy()
-        got = _decode(data, s, ends, np.flatnonzero(hit), two)
+        got = _decode(data, s, tail, np.flatnonzero(hit), two)
         if got is None:
             return None
         found += got
         starts.append(s)
+        tails.append(tail)
         hits.append(hit)
         twos.append(two)
         nums.append(c.cast(pl.Int64, strict=False).fill_null(_NONE).to_numpy())
@@ -130,8 +131,7 @@ def block_select(data: Buffer, header: _Header, options: ReadOptions, cpu_ops: b
         pos = cut
         pages.behind(pos)
     pages.restart()
-    s = np.concatenate(starts)
-    ends = np.r_[s[1:], hi]
+    s, tail = np.concatenate(starts), np.concatenate(tails)
     hit, two = np.concatenate(hits), np.concatenate(twos)
     linked = _numbers([e.args.correlation for e in found if e.cat in _GPU_CATS and e.args is not None])
     # runtime calls (any event but a hit) whose correlation is on a GPU event. Offered too (a superset is
@@ -140,12 +140,12 @@ def block_select(data: Buffer, header: _Header, options: ReadOptions, cpu_ops: b
     want = np.flatnonzero((_linked(np.concatenate(nums), linked) | np.concatenate(longs) | two) & ~hit)
     more: list[_Event] = []
     for part in np.array_split(want, max(1, (hi - lo) // _CHUNK)):  # in file order, a chunk's span at a time
-        got = _decode(data, s, ends, part, two)
+        got = _decode(data, s, tail, part, two)
         if got is None:
             return None
         more += got
         if part.size:
-            pages.behind(int(ends[part[-1]]))
+            pages.behind(int(tail[part[-1]]))
     pages.restart()
     order = np.argsort(np.r_[np.flatnonzero(hit), want], kind="stable")
     events = found + more
@@ -154,13 +154,12 @@ def block_select(data: Buffer, header: _Header, options: ReadOptions, cpu_ops: b
     return sel
 
 
-def _closed(data: Buffer, s: np.ndarray, ends: np.ndarray) -> bool:
+def _closed(data: Buffer, tail: np.ndarray) -> bool:
     """Does every block end with '}' (before its separator)? A line opened by '{' at the events'
     indentation inside an event (an array of objects whose first one opens a line) leaves a block that
     ends with '[' or ':' instead. One shape this cannot tell, as the scan path cannot: such an array whose
     first object shares the line of its '[' (blocks that each decode are then nested objects)."""
-    e = _trimmed(data, s, ends)
-    return bool((np.frombuffer(data, dtype=np.uint8)[np.maximum(e - 1, 0)] == ord("}")).all())
+    return bool((np.frombuffer(data, dtype=np.uint8)[np.maximum(tail - 1, 0)] == ord("}")).all())
 
 
 def _linked(num: np.ndarray, linked: np.ndarray) -> np.ndarray:
@@ -189,8 +188,8 @@ def _column(data: Buffer, s: np.ndarray, cut: int) -> pa.Array | None:
         return None
 
 
-def _decode(data: Buffer, s: np.ndarray, ends: np.ndarray, idx: np.ndarray, two: np.ndarray) -> list[_Event] | None:
-    """The events of blocks ``idx`` (indexes into ``s``, ``ends``, ``two``), in that order; None: some block
+def _decode(data: Buffer, s: np.ndarray, tail: np.ndarray, idx: np.ndarray, two: np.ndarray) -> list[_Event] | None:
+    """The events of blocks ``idx`` (indexes into ``s``, ``tail``, ``two``), in that order; None: some block
     is not exactly one object.
 
     Blocks ``two`` marks (their text has '}' ',' '{') are decoded one at a time: a slice that decodes alone
@@ -201,7 +200,7 @@ def _decode(data: Buffer, s: np.ndarray, ends: np.ndarray, idx: np.ndarray, two:
     if idx.size == 0:
         return []
     view = memoryview(data)
-    texts = [view[a:b] for a, b in zip(s[idx].tolist(), _trimmed(data, s[idx], ends[idx]).tolist())]
+    texts = [view[a:b] for a, b in zip(s[idx].tolist(), tail[idx].tolist())]
     alone = two[idx].tolist()
     batch = [t for t, one in zip(texts, alone) if not one]
     try:
