@@ -24,9 +24,10 @@ one GPU (start times are noisy, kernel durations carry the waits). Scenarios:
   each context-parallel ring with batched send/recv while the current block's attention runs, then a DP
   all-reduce. Slow rank: rank 2, extra time before each step's forward.
 
-    python3 sample_traces/capture_parallel.py OUT_DIR [--scenarios pp_1f1b tp_dp ...] [--device cpu]
+    python3 sample_traces/capture_parallel.py OUT_DIR [--scenarios pp_1f1b tp_dp ...] [--device cpu] [--with-stack]
 
-``--device cpu`` runs the same programs with gloo on the CPU (to check the script without a GPU).
+``--device cpu`` runs the same programs with gloo on the CPU (to check the script without a GPU);
+``--with-stack`` records Python stacks (``python_function`` events), as many users profile.
 Each run writes ``OUT_DIR/<scenario>_<slow|balanced>/rank<N>.pt.trace.json.gz`` and ``ground_truth.json``
 with the mesh's groups, the injected delay, each rank's measured step times and the all-to-all splits.
 """
@@ -55,7 +56,8 @@ def _profile(args: argparse.Namespace, rank: int, step, dist, torch) -> list[flo
         acts.append(torch.profiler.ProfilerActivity.CUDA)
     sched = torch.profiler.schedule(wait=WAIT, warmup=WARMUP, active=args.steps)
     times: list[float] = []
-    with torch.profiler.profile(activities=acts, schedule=sched, record_shapes=True) as prof:
+    with torch.profiler.profile(activities=acts, schedule=sched, record_shapes=True,
+                                with_stack=args.with_stack) as prof:
         for i in range(WAIT + WARMUP + args.steps):
             _sync(args, torch)
             t0 = time.perf_counter()
@@ -452,7 +454,7 @@ def _worker(rank: int, args: argparse.Namespace) -> None:
                  "straggler_kind": ({"moe_a2a": "hot_expert", "fsdp_threads": "host"}.get(args.scenario, args.kind)
                                     if args.variant == "slow" else None),
                  "delay_ms": args.delay_ms if args.variant == "slow" else 0.0,
-                 "profiled_steps": args.steps, "step_ms_by_rank": every,
+                 "profiled_steps": args.steps, "step_ms_by_rank": every, "with_stack": args.with_stack,
                  "torch": torch.__version__,
                  "nccl": ".".join(map(str, torch.cuda.nccl.version())) if args.device == "cuda" else None,
                  "transport": ("NCCL NET/Socket over loopback, all ranks share one GPU"
@@ -482,6 +484,8 @@ def main() -> None:
     ap.add_argument("--kind", choices=("compute", "host"), default="compute",
                     help="pp_1f1b and tp_dp: the slow rank's extra time is GPU work or a CPU sleep")
     ap.add_argument("--mps", action="store_true", help="record that the CUDA MPS daemon ran (started outside)")
+    ap.add_argument("--with-stack", action="store_true",
+                    help="record Python stacks (python_function events), as many users profile")
     ap.add_argument("--tag", default="", help="suffix of each run's folder name")
     args = ap.parse_args()
     os.environ.setdefault("NCCL_NET", "Socket")
