@@ -179,7 +179,16 @@ REAL = {
     "tracelens_b200": (SHARED / "tracelens" / "b200_eager_trace.json.gz", 500, None),
     "tracelens_mi300": (SHARED / "tracelens" / "mi300_resnet_act_checkpoint.json.gz", 500, None),
     "hta_sampled": (SHARED / "hta" / "trace_filter", 500, None),
+    # the project's own H100 captures: FSDP2 with kernels from three threads, and TP x DP with Python stacks
+    "fsdp_threads": (ROOT / "sample_traces" / "real_parallel" / "fsdp_threads_balanced", None, 50),
+    "tp_dp_stack": (ROOT / "sample_traces" / "real_parallel" / "tp_dp_stack_balanced", None, 50),
 }
+# Long captures kept as they were written (no replication), when someone has made one on a GPU, e.g.
+#   capture_parallel.py OUT --scenarios fsdp_threads --variants balanced --steps 64 --tag _long
+# with the rank files gunzipped into benchmarks/data/captured/<name>/; each runs against HTA beside a
+# replicated copy of its short twin (same size), to show whether replication flatters the parse.
+CAPTURED = DATA / "captured"
+TWINS = {"fsdp_threads_long_balanced": "fsdp_threads"}
 NSYS_SRC = SHARED / "nsys" / "mfu_2gpu_before.sqlite"
 
 
@@ -253,6 +262,15 @@ def main() -> int:
         emit("generated (python noise), cold", mix, spread(*runs(big, args.runs, cached=False)))
         emit("generated (python noise), from the cache", mix, spread(*runs(big, args.runs, cached=True)))
     hta_sets = [(n, real_workload(n, REAL[n][2])) for n in names if REAL[n][2]]
+    for folder in sorted(CAPTURED.iterdir()) if CAPTURED.is_dir() else []:
+        files = [p for p in folder.glob("*.json") if p.name != "ground_truth.json"]
+        if not files or (args.only is not None and TWINS.get(folder.name) not in names):
+            continue
+        hta_sets.append((f"{folder.name} (as captured)", folder))
+        if folder.name in TWINS:
+            mb = sum(p.stat().st_size for p in files) / len(files) / 1e6
+            hta_sets.append((f"{TWINS[folder.name]} replicated to the same size",
+                             real_workload(TWINS[folder.name], round(mb, 1))))
     if not args.skip_generated:
         hta_sets.append(("generated (python noise)", workload("r4x50", 4, 50)))
     for name, path in hta_sets:
@@ -265,7 +283,7 @@ def main() -> int:
             ours_cpu = statistics.median(CPU_SECONDS[-1 - len(walls):-1]) if isinstance(h, tuple) else 0.0
             result += (f"; HTA {h[0]:.1f} s, CPU {CPU_SECONDS[-1]:.1f} s, peak {h[1]:.0f} MB: **{h[0] / ours:.1f}x** "
                        f"wall, {CPU_SECONDS[-1] / ours_cpu:.1f}x CPU" if isinstance(h, tuple) else f"; HTA {h}")
-        emit(f"{name}, 4 x 50 MB cold vs HTA 0.5.0 (parse + overlap + temporal breakdown, one run)", mix, result)
+        emit(f"{name}, cold vs HTA 0.5.0 (parse + overlap + temporal breakdown, one run)", mix, result)
     if not args.skip_nsys:
         db = nsys_workload()
         mix = f"1 x {db.stat().st_size / 1e6:.0f} MB SQLite, 2 ranks; {_nsys_mix(db)}"
