@@ -116,3 +116,25 @@ def test_compare_html_opens_in_chromium(tmp_path: Path) -> None:
         finally:
             browser.close()
     assert errors == []
+
+
+@pytest.mark.parametrize("doc", [
+    {"a": [1, 2.5e-05, 1e-07, 0.1 + 0.2, -0.0, 1e16, 123456789012.5, None, True], "b": {"c": "x\ty\"z\\"}},
+    {"name": "ncclKernel_µs", "nested": [{"k": "é"}], "n": 2**62},
+])
+def test_json_report_text_is_the_same_document_in_ascii(doc: dict) -> None:
+    # msgspec writes the report; it must parse to exactly what json.dumps wrote (every float bit for bit),
+    # stay ASCII (non-ASCII text goes through json.dumps' escapes) and be indented by 2
+    import json
+
+    from analyzer.report.json import dumps
+
+    text = dumps(doc)
+    assert text.isascii()
+    assert json.loads(text) == json.loads(json.dumps(doc)) == doc
+    # json.dumps(doc, indent=2) byte for byte, but for how a float is spelled (2.5e-05 / 0.000025): same value
+    number = r"(-?\d[\d.eE+-]*)"
+    ours, want = re.split(number, text), re.split(number, json.dumps(doc, indent=2, allow_nan=False))
+    assert ours[0::2] == want[0::2]
+    assert [float(x) for x in ours[1::2]] == [float(x) for x in want[1::2]]
+    assert [x.lstrip("-").isdigit() for x in ours[1::2]] == [x.lstrip("-").isdigit() for x in want[1::2]]

@@ -175,8 +175,13 @@ def _experts(e: dict | None) -> dict | None:
 
 
 def dumps(doc: dict) -> str:
-    """``json.dumps(doc, indent=2, allow_nan=False)``, byte for byte: the C encoder writes it compact and
-    msgspec indents it (the pure-Python indenting encoder took ~0.2 s at 1,024 ranks)."""
+    """The document indented by 2, ASCII only. msgspec encodes it (0.04 s against json.dumps' 0.23 s for the
+    18 MB report of 4 x 500 MB hybrid_tp_dp) and indents it. It is json.dumps' text but for how some
+    floats are spelled (``0.000025`` for ``2.5e-05``; both the same shortest round-trip value). Text with
+    non-ASCII characters goes through json.dumps, which escapes them, so any terminal can print it."""
+    raw = msgspec.json.encode(doc)
+    if raw.isascii():
+        return msgspec.json.format(raw, indent=2).decode("ascii")
     return msgspec.json.format(json.dumps(doc, allow_nan=False), indent=2)
 
 
