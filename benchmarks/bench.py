@@ -10,7 +10,10 @@ Inputs (written once into benchmarks/data/, git-ignored):
   steps in time (``benchmarks/replicate.py``: exact timestamp shifts, ids kept unique and linked);
 - the generated workload (``benchmarks/gen.py``: generator steps plus python_function/cpu_op noise),
   one row among the others;
-- the shared 2-GPU Nsight export replicated 200x in time (``benchmarks/replicate_nsys.py``).
+- the shared 2-GPU Nsight export replicated 200x in time (``benchmarks/replicate_nsys.py``);
+- long captures as they were written, where someone has put them in ``benchmarks/data/captured/<name>/``
+  (gunzipped rank files): big ones get cold and cached rows, the others run against HTA, beside a
+  replicated copy of their short twin of the same size where ``TWINS`` names one.
 Each row gives the input's event mix (share of cuda_runtime, ac2g, cpu_op, kernel, python_function,
 other). Wall time is the median of ``--runs`` runs of ``python -m analyzer.cli analyze`` in a subprocess,
 with the spread (min-max); peak memory is the largest sum of RSS over the process tree (workers
@@ -188,7 +191,18 @@ REAL = {
 # with the rank files gunzipped into benchmarks/data/captured/<name>/; each runs against HTA beside a
 # replicated copy of its short twin (same size), to show whether replication flatters the parse.
 CAPTURED = DATA / "captured"
+CAPTURED_BIG_MB = 100
 TWINS = {"fsdp_threads_long_balanced": "fsdp_threads"}
+
+
+def captured(names: list[str] | None) -> list[tuple[Path, float]]:
+    """(folder, MB per rank) of every long capture present; with ``names``, those whose twin is named."""
+    out = []
+    for folder in sorted(CAPTURED.iterdir()) if CAPTURED.is_dir() else []:
+        files = [p for p in folder.glob("*.json") if p.name != "ground_truth.json"]
+        if files and (names is None or TWINS.get(folder.name) in names):
+            out.append((folder, sum(p.stat().st_size for p in files) / len(files) / 1e6))
+    return out
 NSYS_SRC = SHARED / "nsys" / "mfu_2gpu_before.sqlite"
 
 
@@ -219,9 +233,11 @@ def describe(path: Path) -> str:
     """'4 x 513 MB, 1.9 M events/rank; rt 29% ac2g 34% ...' for a folder of Kineto files."""
     from benchmarks.replicate import event_mix, mix_text
 
-    files = sorted(path.glob("*.json"))
+    files = sorted(p for p in path.glob("*.json") if p.name != "ground_truth.json")
     size = sum(p.stat().st_size for p in files) / len(files) / 1e6
-    return f"{len(files)} x {size:.0f} MB; {mix_text(event_mix(files[0]))}"
+    # the whole first rank: a capture's head can differ (one with Python stacks: 83% python_function in
+    # its first 64 MB, 86% over all of it, and no kernels or launches there)
+    return f"{len(files)} x {size:.0f} MB; {mix_text(event_mix(files[0], sample_mb=size + 1))}"
 
 
 def load() -> str:
@@ -262,13 +278,16 @@ def main() -> int:
         emit("generated (python noise), cold", mix, spread(*runs(big, args.runs, cached=False)))
         emit("generated (python noise), from the cache", mix, spread(*runs(big, args.runs, cached=True)))
     hta_sets = [(n, real_workload(n, REAL[n][2])) for n in names if REAL[n][2]]
-    for folder in sorted(CAPTURED.iterdir()) if CAPTURED.is_dir() else []:
-        files = [p for p in folder.glob("*.json") if p.name != "ground_truth.json"]
-        if not files or (args.only is not None and TWINS.get(folder.name) not in names):
+    for folder, mb in captured(names if args.only is not None else None):
+        if mb >= CAPTURED_BIG_MB:  # a big rank: cold and cached rows (HTA would need many GB)
+            if not args.skip_big:
+                emit(f"{folder.name} (as captured), cold", describe(folder),
+                     spread(*runs(folder, args.runs, cached=False)))
+                emit(f"{folder.name} (as captured), from the cache", describe(folder),
+                     spread(*runs(folder, args.runs, cached=True)))
             continue
         hta_sets.append((f"{folder.name} (as captured)", folder))
         if folder.name in TWINS:
-            mb = sum(p.stat().st_size for p in files) / len(files) / 1e6
             hta_sets.append((f"{TWINS[folder.name]} replicated to the same size",
                              real_workload(TWINS[folder.name], round(mb, 1))))
     if not args.skip_generated:
