@@ -188,8 +188,9 @@ REAL = {
 }
 # Long captures kept as they were written (no replication), when someone has made one on a GPU, e.g.
 #   capture_parallel.py OUT --scenarios fsdp_threads --variants balanced --steps 64 --tag _long
-# with the rank files gunzipped into benchmarks/data/captured/<name>/; each runs against HTA beside a
-# replicated copy of its short twin (same size), to show whether replication flatters the parse.
+# with the rank files gunzipped into benchmarks/data/captured/<name>/. Ranks of CAPTURED_BIG_MB and more get
+# cold and cached rows; smaller ones run against HTA beside a replicated copy of their short twin (same
+# size), to show whether replication flatters the parse.
 CAPTURED = DATA / "captured"
 CAPTURED_BIG_MB = 100
 TWINS = {"fsdp_threads_long_balanced": "fsdp_threads"}
@@ -203,6 +204,8 @@ def captured(names: list[str] | None) -> list[tuple[Path, float]]:
         if files and (names is None or TWINS.get(folder.name) in names):
             out.append((folder, sum(p.stat().st_size for p in files) / len(files) / 1e6))
     return out
+
+
 NSYS_SRC = SHARED / "nsys" / "mfu_2gpu_before.sqlite"
 
 
