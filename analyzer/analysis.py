@@ -86,6 +86,7 @@ def analyze(ts: TraceSet, dims: dimensions.Options | None = None, busbw: dict[st
                                dimensions.hosts(ts.ranks), dims)
     replicas = dimensions.replicas(groups, ts.world_size or len(ranks))
     found = stragglers.roots(order, roots_of, comm_ns, lambda r: waits.lateness_cause(matched, covs, r), replicas)
+    del covs  # not read below: its arrays free room for the dependency graph
     drows = dimensions.row_dimensions(rows, groups, dims.layout)
     dim_df = dimensions.per_rank(drows, ts.gpu, ranks, roots_of.flows)
     itable = itable.join(drows.group_by("instance").agg(pl.col("dimension").first(), pl.col("intra_node").first()),
