@@ -36,6 +36,8 @@ from pathlib import Path
 import msgspec
 import psutil
 
+from benchmarks.replicate import event_mix, mix_text, replicate_dir, trace_files
+
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "benchmarks" / "data"
 
@@ -200,7 +202,7 @@ def captured(names: list[str] | None) -> list[tuple[Path, float]]:
     """(folder, MB per rank) of every long capture present; with ``names``, those whose twin is named."""
     out = []
     for folder in sorted(CAPTURED.iterdir()) if CAPTURED.is_dir() else []:
-        files = [p for p in folder.glob("*.json") if p.name != "ground_truth.json"]
+        files = trace_files(folder)
         if files and (names is None or TWINS.get(folder.name) in names):
             out.append((folder, sum(p.stat().st_size for p in files) / len(files) / 1e6))
     return out
@@ -210,11 +212,9 @@ NSYS_SRC = SHARED / "nsys" / "mfu_2gpu_before.sqlite"
 
 
 def real_workload(name: str, mb: float) -> Path:
-    from benchmarks.replicate import replicate_dir
-
     src = REAL[name][0]
     out = DATA / "real" / f"{name}-{mb:g}mb"
-    want = len([p for p in src.glob("*.json*") if p.name != "ground_truth.json"]) if src.is_dir() else 1
+    want = len(trace_files(src)) if src.is_dir() else 1
     if len(list(out.glob("*.json"))) != want:
         shutil.rmtree(out, ignore_errors=True)
         t = time.perf_counter()
@@ -234,9 +234,7 @@ def nsys_workload(copies: int = 200) -> Path:
 
 def describe(path: Path) -> str:
     """'4 x 513 MB, 1.9 M events/rank; rt 29% ac2g 34% ...' for a folder of Kineto files."""
-    from benchmarks.replicate import event_mix, mix_text
-
-    files = sorted(p for p in path.glob("*.json") if p.name != "ground_truth.json")
+    files = trace_files(path)
     size = sum(p.stat().st_size for p in files) / len(files) / 1e6
     # the whole first rank: a capture's head can differ (one with Python stacks: 83% python_function in
     # its first 64 MB, 86% over all of it, and no kernels or launches there)

@@ -199,13 +199,18 @@ def _templates(texts: list[bytes], body: list[dict[str, Any]], ids: int, steps: 
     return temps
 
 
+def trace_files(folder: Path) -> list[Path]:
+    """A capture folder's rank files (``.json`` or ``.json.gz``), sorted, without its ``ground_truth.json``."""
+    return sorted(p for p in folder.glob("*")
+                  if p.name.endswith((".json", ".json.gz")) and p.name != "ground_truth.json")
+
+
 def replicate_dir(src: Path, dst: Path, mb: float, ranks: int | None = None) -> list[Path]:
     """Every trace file of ``src`` (or ``src`` itself) scaled to ``mb`` MB each, into ``dst``.
 
     ``ranks``: take the first N files only; a single-file source is written once (one rank).
     """
-    files = sorted(p for p in src.glob("*") if p.name.endswith((".json", ".json.gz"))) if src.is_dir() else [src]
-    files = [p for p in files if p.name != "ground_truth.json"][: ranks or None]
+    files = (trace_files(src) if src.is_dir() else [src])[: ranks or None]
     out: list[Path] = []
     copies = None  # every rank gets as many copies as the first, so collectives still match across ranks
     for p in files:
