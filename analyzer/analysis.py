@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 import polars as pl
 
@@ -85,7 +86,7 @@ def analyze(ts: TraceSet, dims: dimensions.Options | None = None, busbw: dict[st
     groups = dimensions.groups(dimensions.meta_groups(ts.ranks), rows, ts.world_size or len(ranks),
                                dimensions.hosts(ts.ranks), dims)
     replicas = dimensions.replicas(groups, ts.world_size or len(ranks))
-    found = stragglers.roots(order, roots_of, comm_ns, lambda r: waits.lateness_cause(matched, covs, r), replicas)
+    found = stragglers.roots(order, roots_of, comm_ns, partial(waits.lateness_cause, matched, covs), replicas)
     del covs  # not read below: its arrays free room for the dependency graph
     drows = dimensions.row_dimensions(rows, groups, dims.layout)
     dim_df = dimensions.per_rank(drows, ts.gpu, ranks, roots_of.flows)
