@@ -19,7 +19,7 @@ import pytest
 from polars.testing import assert_frame_equal
 
 from analyzer.errors import TraceError
-from analyzer.ingest import kineto, kineto_blocks, kineto_scan, kineto_tables
+from analyzer.ingest import kineto, kineto_blocks, kineto_scan
 from analyzer.ingest.options import ReadOptions
 from analyzer.model import RankTrace
 from sample_traces.generate import Scenario, build, kineto_text
@@ -466,16 +466,3 @@ def test_bytes_that_are_not_utf8_send_the_block_path_away(tmp_path: Path) -> Non
     want = kineto._rank_trace(path, kineto._rank_meta(path, sel.header, ReadOptions()), sel.tables(kineto._number_times))
     _assert_same({"read": got, "exact": want})
     assert got.gpu.height > 0
-
-
-MIXED = [1, 1.0, True, "1", None, 0, False, "", [1, 2], [1.0, 2.0], "[1, 2]", {"a": 1}, 2**70, "all_reduce",
-         "ALLREDUCE", 1, [1, 2], True, None]
-
-
-@pytest.mark.parametrize("fn", [repr, kineto_tables._text, kineto_tables._as_int, kineto_tables._ranks_text,
-                                kineto_tables._op, kineto_tables.dtype_size], ids=lambda f: f.__name__)
-@pytest.mark.parametrize("values", [MIXED, ["float", None, "bfloat16", "float"] * 3, [3, None, 3, 7, 0] * 3],
-                         ids=["mixed", "text", "ints"])
-def test_comm_call_args_are_converted_once_per_distinct_value_as_row_by_row(fn: Callable, values: list) -> None:
-    # 1, 1.0 and True are one dict key; a memo keyed by value alone would answer repr(1) for 1.0 and True
-    assert kineto_tables._distinct_map(values, fn) == [fn(v) for v in values]
