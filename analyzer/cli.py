@@ -108,6 +108,29 @@ def dim_options(layout: str | None, layout_order: str | None, gpus_per_host: int
     return Options(layout=parse_layout(layout, layout_order), gpus_per_host=gpus_per_host)
 
 
+def history_run_options(f: Callable) -> Callable:
+    for opt in reversed([
+        click.option("--run", "run_id", metavar="ID", help="The run's ID in the history (default: UTC time + random)."),
+        click.option("--label", "labels", multiple=True, metavar="KEY=VALUE",
+                     help="Label the stored run (repeatable): commit=abc123, branch=main, config=..., host=..."),
+    ]):
+        f = opt(f)
+    return f
+
+
+def store_option(f: Callable) -> Callable:
+    return click.option("--store", metavar="STORE", help="The run history: an SQLite file or a postgresql:// URL "
+                        "(default $COMMSCOPE_HISTORY, else commscope-history.sqlite in the current folder).")(f)
+
+
+def step_summary(markdown: str) -> None:
+    """GitHub Actions: append the Markdown report to the job summary when $GITHUB_STEP_SUMMARY is set."""
+    path = os.environ.get("GITHUB_STEP_SUMMARY")
+    if path:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(markdown + "\n")
+
+
 @click.group()
 @click.version_option(package_name="commscope")
 def main() -> None:
@@ -124,12 +147,15 @@ def main() -> None:
               help="Parse ranks on this Dask scheduler (tcp://host:8786); the cache dir must be shared storage.")
 @click.option("--whatif", "whatif_specs", multiple=True, metavar="busbw:OP=GBPS",
               help="Also replay with transfers at this bus bandwidth (repeatable), e.g. busbw:all_reduce=400.")
+@click.option("--history", "history_store", metavar="STORE",
+              help="Also add this run to the run history (an SQLite file or a postgresql:// URL).")
+@history_run_options
 @common_load_options
 @dimension_options
 def analyze(paths: tuple[Path, ...], fmt: str, output: Path | None, show_steps: bool, scheduler: str | None,
             whatif_specs: tuple[str, ...], rank_map: tuple[str, ...], step_marker: str | None, jobs: int | None,
             ranks: str | None, no_cache: bool, layout: str | None, layout_order: str | None, gpus_per_host: int,
-            wide: bool) -> None:
+            wide: bool, history_store: str | None, run_id: str | None, labels: tuple[str, ...]) -> None:
     """Analyze traces (files or folders of ranks): overlap, exposed communication, waits, stragglers."""
 
     def run() -> None:
@@ -143,12 +169,22 @@ def analyze(paths: tuple[Path, ...], fmt: str, output: Path | None, show_steps: 
         busbw = parse_specs(whatif_specs)
         opts = load_options(rank_map, step_marker, jobs, ranks, no_cache)
         dims = dim_options(layout, layout_order, gpus_per_host)
+        if history_store:  # a bad store or label fails before the slow loading
+            from .history.record import check, parse_labels
+
+            check(history_store, create=True)
+            label_map = parse_labels(labels)
         if scheduler:
             from dataclasses import replace
 
             opts = replace(opts, scheduler=scheduler)
         result = run_analysis(load(list(paths), opts), dims, busbw=busbw)
         text = render(result, fmt, show_steps=show_steps, wide=wide)
+        if history_store:
+            from .history.record import add
+
+            stored = add(history_store, result, run_id, label_map)
+            click.echo(f"added run {stored} to {history_store}", err=True)
         if output:
             output.write_text(text, encoding="utf-8")
             click.echo(f"wrote {output}", err=True)
@@ -213,8 +249,10 @@ def export(paths: tuple[Path, ...], output: Path, fmt: str | None, steps_sel: st
 
 
 @main.command()
-@click.argument("base", type=click.Path(path_type=Path))
-@click.argument("new", type=click.Path(path_type=Path))
+@click.argument("runs", nargs=-1, required=True, type=click.Path(path_type=Path), metavar="[BASE] NEW")
+@click.option("--baseline", metavar="NAME", help="Compare NEW against this named baseline of the run history "
+              "(commscope history baseline set NAME RUN) instead of BASE.")
+@store_option
 @click.option("--fail-on", multiple=True, metavar="METRIC=+N%",
               help="Threshold (repeatable): +N%/-N% relative, +N/-N absolute, or off; e.g. exposed_comm_ms=+5%.")
 @click.option("--thresholds", "thresholds_file", type=click.Path(path_type=Path, dir_okay=False),
@@ -225,15 +263,21 @@ def export(paths: tuple[Path, ...], output: Path, fmt: str | None, steps_sel: st
 @click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), help="Write the report here.")
 @common_load_options
 @dimension_options
-def compare(base: Path, new: Path, fail_on: tuple[str, ...], thresholds_file: Path | None, fmt: str,
-            junit_path: Path | None, output: Path | None, rank_map: tuple[str, ...], step_marker: str | None,
-            jobs: int | None, ranks: str | None, no_cache: bool, layout: str | None, layout_order: str | None,
-            gpus_per_host: int) -> None:
-    """Compare NEW against BASE (folders or files): exit 0 within thresholds, 1 on regression, 2 on bad input."""
+def compare(runs: tuple[Path, ...], baseline: str | None, store: str | None, fail_on: tuple[str, ...],
+            thresholds_file: Path | None, fmt: str, junit_path: Path | None, output: Path | None,
+            rank_map: tuple[str, ...], step_marker: str | None, jobs: int | None, ranks: str | None, no_cache: bool,
+            layout: str | None, layout_order: str | None, gpus_per_host: int) -> None:
+    """Compare NEW against BASE (folders or files), or against a named baseline of the run history
+    (--baseline): exit 0 within thresholds, 1 on regression, 2 on bad input."""
     outcome = {"passed": True}
+    if len(runs) != (1 if baseline else 2):
+        click.echo("commscope: error: compare takes " + ("one path (NEW) with --baseline" if baseline else
+                   "two paths, BASE and NEW (or NEW with --baseline NAME)"), err=True)
+        sys.exit(2)
+    base, new = (None, runs[0]) if baseline else runs
 
     def run() -> None:
-        start_workers([base, new], jobs, not no_cache)
+        start_workers([p for p in (base, new) if p is not None], jobs, not no_cache)
         from . import thresholds
         from .analysis import analyze as run_analysis
         from .compare import compare as compare_runs
@@ -242,13 +286,22 @@ def compare(base: Path, new: Path, fail_on: tuple[str, ...], thresholds_file: Pa
         from .report import compare_formats
 
         for label, path in (("BASE", base), ("NEW", new)):
-            if not path.exists():
+            if path is not None and not path.exists():
                 raise UsageError(f"{label} {path}: does not exist (give a trace file or a folder of rank traces)")
         th = thresholds.build(fail_on, thresholds_file)  # bad thresholds fail before the slow loading
         opts = load_options(rank_map, step_marker, jobs, ranks, no_cache)
         dims = dim_options(layout, layout_order, gpus_per_host)
-        result = compare_runs(run_analysis(load([base], opts), dims), run_analysis(load([new], opts), dims), th)
+        if baseline:  # the baseline's stored summary: its traces need not exist any more
+            from .history.record import baseline_analysis
+            from .history.store import default_target
+
+            base_analysis, base_run = baseline_analysis(store or default_target(), baseline)
+            click.echo(f"baseline {baseline}: run {base_run}", err=True)
+        else:
+            base_analysis = run_analysis(load([base], opts), dims)
+        result = compare_runs(base_analysis, run_analysis(load([new], opts), dims), th)
         text = compare_formats.render(result, fmt)
+        step_summary(text if fmt == "markdown" else compare_formats.render(result, "markdown"))
         if junit_path:
             junit_path.write_text(compare_formats.junit(result), encoding="utf-8")
         if output:
@@ -260,6 +313,127 @@ def compare(base: Path, new: Path, fail_on: tuple[str, ...], thresholds_file: Pa
 
     _guard(run)
     sys.exit(0 if outcome["passed"] else 1)
+
+
+@main.group()
+def history() -> None:
+    """The run history: add runs, trends with change points, named baselines (an SQLite file or PostgreSQL)."""
+
+
+@history.command("add")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@store_option
+@history_run_options
+@common_load_options
+@dimension_options
+def history_add(paths: tuple[Path, ...], store: str | None, run_id: str | None, labels: tuple[str, ...],
+                rank_map: tuple[str, ...], step_marker: str | None, jobs: int | None, ranks: str | None,
+                no_cache: bool, layout: str | None, layout_order: str | None, gpus_per_host: int) -> None:
+    """Analyze traces (files or folders of ranks) and add the run's summary to the history."""
+
+    def run() -> None:
+        from .history.record import check, parse_labels
+        from .history.store import default_target
+
+        target = store or default_target()
+        check(target, create=True)
+        label_map = parse_labels(labels)
+        start_workers(paths, jobs, not no_cache)
+        from .analysis import analyze as run_analysis
+        from .history.record import add
+        from .loader import load
+
+        opts = load_options(rank_map, step_marker, jobs, ranks, no_cache)
+        result = run_analysis(load(list(paths), opts), dim_options(layout, layout_order, gpus_per_host))
+        click.echo(f"added run {add(target, result, run_id, label_map)} to {target}")
+
+    _guard(run)
+
+
+@history.command("trend")
+@store_option
+@click.option("--metric", "metrics", multiple=True, metavar="NAME",
+              help="Only this metric (repeatable), e.g. exposed_comm_ms, busbw_gbps_p50 (default: the main ones).")
+@click.option("--since", metavar="RUN|DATE", help="Only runs from this run ID or date (2026-05-01) on.")
+@click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help="Only runs with this label (repeatable).")
+@click.option("--per-rank", is_flag=True, help="Also one series per rank (which rank moved).")
+@click.option("--format", "fmt", type=click.Choice(("text", "markdown", "html", "json")), default="text",
+              show_default=True)
+@click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), help="Write the report here.")
+def history_trend(store: str | None, metrics: tuple[str, ...], since: str | None, labels: tuple[str, ...],
+                  per_rank: bool, fmt: str, output: Path | None) -> None:
+    """Each metric over the stored runs, with change points (shifts) and drifts."""
+
+    def run() -> None:
+        from .history.record import parse_labels, trend
+        from .report import trend_formats
+
+        t = trend(store, list(metrics), since, parse_labels(labels), per_rank)
+        text = trend_formats.render(t, fmt)
+        step_summary(text if fmt == "markdown" else trend_formats.render(t, "markdown"))
+        if output:
+            output.write_text(text, encoding="utf-8")
+            click.echo(f"wrote {output}", err=True)
+        else:
+            click.echo(text, nl=False)
+
+    _guard(run)
+
+
+@history.group("baseline")
+def history_baseline() -> None:
+    """Named baselines: a name (main, release-1.2) that points at a stored run."""
+
+
+@history_baseline.command("set")
+@click.argument("name")
+@click.argument("run_id", metavar="RUN")
+@store_option
+def baseline_set(name: str, run_id: str, store: str | None) -> None:
+    """Point baseline NAME at stored run RUN (moving it if it exists; the runs stay)."""
+
+    def run() -> None:
+        from .history.record import set_baseline
+
+        old = set_baseline(store, name, run_id)
+        click.echo(f"baseline {name}: run {run_id}" + (f" (was {old})" if old and old != run_id else ""))
+
+    _guard(run)
+
+
+@history_baseline.command("list")
+@store_option
+def baseline_list(store: str | None) -> None:
+    """The named baselines and their runs."""
+
+    def run() -> None:
+        from .history.record import baselines
+
+        rows = baselines(store)
+        click.echo("\n".join(f"{b['name']}\t{b['run_id']}\t{b['set_at']}" for b in rows) or "no baselines")
+
+    _guard(run)
+
+
+@history.command("dashboard")
+@store_option
+@click.option("--host", default="127.0.0.1", show_default=True, help="Interface to listen on (0.0.0.0 exposes it).")
+@click.option("--port", default=8050, show_default=True, type=click.IntRange(0, 65535))
+def history_dashboard(store: str | None, host: str, port: int) -> None:
+    """Serve the history page: a metric over runs; a click on a run opens its analysis."""
+
+    def run() -> None:
+        from dashboards.history import serve
+
+        from .history.record import check
+        from .history.store import default_target
+
+        target = store or default_target()
+        check(target, create=False)
+        click.echo(f"commscope history dashboard: {target} on http://{host}:{port}/", err=True)
+        serve(target, host=host, port=port)
+
+    _guard(run)
 
 
 def entry() -> None:

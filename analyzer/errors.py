@@ -22,3 +22,7 @@ class TraceError(CommscopeError):
 
 class UsageError(CommscopeError):
     """Options or paths that make no sense together."""
+
+
+class StoreError(CommscopeError):
+    """The run-history store cannot be used: not a store, corrupt, newer schema, unreachable, unknown run."""
