@@ -34,7 +34,7 @@ def _trend(target: str, metric: str | None = None) -> Trend:
         return build(store, metrics=[metric] if metric else None)
 
 
-def metric_figure(target: str, metric: object) -> go.Figure:
+def metric_figure(target: str, metric: object) -> go.Figure | dict:
     """The metric over runs; anything that is not a stored metric gets an empty plot that says so."""
     try:
         t = _trend(target, metric if isinstance(metric, str) and metric else None)

@@ -7,6 +7,8 @@ carry a ``commscope_`` prefix so that a team's shared PostgreSQL database can ho
 - v1: runs (labels as a JSON column), long-format metric rows, baselines.
 - v2: labels in their own table (filterable in SQL: ``trend --label branch=main``), source
   fingerprints on each run, and the ``item`` key on metric rows (what-if scenario, verdict kind).
+- v3: a covering partial index of the rows a trend reads (no rank, no step): a 1,000-run trend reads
+  52 k rows out of 650 k from the index alone (SQLite: 0.25 s instead of 0.5-1.0 s).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Any
 from .dialect import Dialect
 
 APP = "commscope.history"
-CURRENT = 2
+CURRENT = 3
 
 V1 = (
     "CREATE TABLE commscope_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
@@ -44,6 +46,12 @@ V2 = (
 )
 
 
+V3 = (
+    "CREATE INDEX commscope_metrics_trend ON commscope_metrics (metric, run_id, rank, step, dimension, op, size_bucket,"
+    " intra_node, item, value) WHERE step IS NULL AND rank IS NULL",
+)
+
+
 def _run(conn: Any, d: Dialect, statements: tuple[str, ...]) -> None:
     for s in statements:
         conn.execute(d.sql(s))
@@ -64,7 +72,11 @@ def _v2(conn: Any, d: Dialect) -> None:
         d.insert_many(conn, "commscope_labels", ("run_id", "key", "value"), rows)
 
 
-MIGRATIONS: dict[int, Callable[[Any, Dialect], None]] = {1: _v1, 2: _v2}
+def _v3(conn: Any, d: Dialect) -> None:
+    _run(conn, d, V3)
+
+
+MIGRATIONS: dict[int, Callable[[Any, Dialect], None]] = {1: _v1, 2: _v2, 3: _v3}
 
 
 def version(conn: Any, d: Dialect) -> int:

@@ -194,12 +194,10 @@ class Store:
         if metrics:
             conds.append(f"m.metric IN ({', '.join('?' * len(metrics))})")
             params += list(metrics)
-        if scopes.startswith("trend"):
-            conds.append("m.step IS NULL")
-            conds.append("(m.rank IS NULL OR m.dimension IS NULL)")
-            conds.append("m.metric <> 'instance_busbw_gbps'")
-            if scopes == "trend":
-                conds.append("m.rank IS NULL")
+        if scopes == "trend":  # exactly the predicate of the v3 partial index, so the planner reads only it
+            conds += ["m.step IS NULL AND m.rank IS NULL", "m.metric <> 'instance_busbw_gbps'"]
+        elif scopes == "trend+rank":
+            conds += ["m.step IS NULL", "(m.rank IS NULL OR m.dimension IS NULL)", "m.metric <> 'instance_busbw_gbps'"]
         sql = (f"SELECT r.seq, m.run_id, m.metric, {', '.join('m.' + k for k in KEYS)}, m.value FROM commscope_metrics m "
                "JOIN commscope_runs r ON r.run_id = m.run_id" + (" WHERE " + " AND ".join(conds) if conds else "")
                + " ORDER BY r.seq")

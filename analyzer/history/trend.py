@@ -118,10 +118,9 @@ def build(store: Store, metrics: list[str] | None = None, since: str | None = No
 def _series(rows: pl.DataFrame, opts: Options) -> tuple[Series, ...]:
     if rows.height == 0:
         return ()
-    keyed = rows.with_columns(pl.col("value").fill_null(float("nan")))
+    keyed = rows.with_columns(pl.col("value").fill_null(float("nan"))).sort("seq", maintain_order=True)
     out = []
-    for (metric, *key), part in keyed.group_by(["metric", *KEYS], maintain_order=True):
-        part = part.sort("seq")
+    for (metric, *key), part in keyed.partition_by(["metric", *KEYS], maintain_order=True, as_dict=True).items():
         vals = part["value"].to_numpy()
         shifts, drifts = changepoints.detect(vals, opts)
         out.append(Series(
