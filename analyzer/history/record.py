@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as package_version
+from typing import TYPE_CHECKING
 
-from ..analysis import Analysis
 from ..errors import UsageError
-from .fingerprint import fingerprints
 from .store import Store
-from .summary import metric_rows, verdict
+
+if TYPE_CHECKING:  # the analysis stages are imported only by the commands that analyze (trend does not)
+    from ..analysis import Analysis
+    from .trend import Trend
 
 
 def parse_labels(values: tuple[str, ...] | list[str]) -> dict[str, str]:
@@ -31,6 +33,9 @@ def _tool_version() -> str | None:
 
 def add(target: str, a: Analysis, run_id: str | None = None, labels: dict[str, str] | None = None) -> str:
     """Store one analysis; returns the run ID. The store is opened (and checked) before the summary is built."""
+    from .fingerprint import fingerprints
+    from .summary import metric_rows, verdict
+
     with Store.open(target, create=True) as store:
         return store.add_run(metric_rows(a), a.source, run_id=run_id, labels=labels, verdict=verdict(a),
                              fingerprints=fingerprints(a.source.get("paths", [])), tool_version=_tool_version())
@@ -56,7 +61,8 @@ def _target(target: str | None) -> str:
     return target or default_target()
 
 
-def trend(target: str | None, metrics: list[str], since: str | None, labels: dict[str, str], per_rank: bool):
+def trend(target: str | None, metrics: list[str], since: str | None, labels: dict[str, str], per_rank: bool
+          ) -> Trend:
     from .trend import build
 
     with Store.open(_target(target), create=False) as store:

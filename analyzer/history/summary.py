@@ -21,9 +21,12 @@ Scopes (which key fields are set):
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import polars as pl
 
-from ..analysis import Analysis
+if TYPE_CHECKING:  # the store and trend import this module's schema without the analysis stages
+    from ..analysis import Analysis
 
 ROW_SCHEMA: dict[str, pl.DataType] = {
     "metric": pl.String, "rank": pl.Int64, "step": pl.Int64, "dimension": pl.String, "op": pl.String,

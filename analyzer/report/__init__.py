@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from ..analysis import Analysis
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # presenters of the run history (trend_*) need no analysis stages
+    from ..analysis import Analysis
 
 
 def render(a: Analysis, fmt: str, show_steps: bool = False, wide: bool = False) -> str:

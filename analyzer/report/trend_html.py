@@ -29,7 +29,8 @@ def figure(t: Trend, metric: str, series: list[Series]) -> dict:
                               for sh in s.shifts],
                 "hovertemplate": "shift at run #%{x} %{customdata}: %{hovertext}<extra></extra>"})
     layout = {"title": {"text": metric}, "height": 320, "margin": {"l": 50, "r": 20, "t": 40, "b": 40},
-              "xaxis": {"title": {"text": "run #"}}, "template": "plotly_white", "legend": {"font": {"size": 10}}}
+              "xaxis": {"title": {"text": "run #"}, "gridcolor": "#eee"}, "yaxis": {"gridcolor": "#eee"},
+              "plot_bgcolor": "white", "legend": {"font": {"size": 10}}}
     return {"data": data, "layout": layout}
 
 

@@ -3,7 +3,16 @@
 from __future__ import annotations
 
 from ..history.trend import Series, Trend, worse
-from .markdown import cell, table
+
+
+def cell(x: object) -> str:
+    """A Markdown table cell (report.markdown's rule, without importing the analysis presenters)."""
+    return "–" if x is None else str(x).replace("|", "\\|")
+
+
+def table(headers: list[str], rows: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(headers) + " |", "|" + "|".join("---:" for _ in headers) + "|",
+            *["| " + " | ".join(r) + " |" for r in rows]]
 
 
 def num(x: float | None) -> str:
