@@ -18,6 +18,7 @@ from analyzer.errors import StoreError
 from analyzer.history.store import Store
 from analyzer.history.summary import KEYS, ROW_SCHEMA
 from analyzer.history.trend import build
+from analyzer.report import trend_formats
 from tests import pg_server
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -84,6 +85,12 @@ def test_trend_flags_the_shift_at_its_run_and_nothing_stable(target):
     assert [(s.metric, s.key) for s, _ in drifts] == [
         ("busbw_gbps_p50", {"op": "all_reduce", "size_bucket": 1 << 26, "intra_node": 0})]
     assert drifts[0][1].slope_pct == pytest.approx(-0.3, abs=0.1)
+    doc = json.loads(trend_formats.render(t, "json"))  # the JSON contract carries the same finding
+    assert [(c["metric"], c["scope"], c["run_id"], c["run"], c["worse"]) for c in doc["changes"]] == [
+        ("exposed_comm_ms", "TP", ids[SHIFT_AT], SHIFT_AT + 1, True)]
+    assert [d["scope"] for d in doc["drifts"]] == ["all_reduce 64 MiB inter-node"]
+    for fmt in ("text", "markdown", "html"):
+        assert f"from run {ids[SHIFT_AT]} (#{SHIFT_AT + 1}" in trend_formats.render(t, fmt)
     # 13 series (5 run-level, TP, DP, 2 busbw, 4 ranks): every one but those two is stable and unflagged
     assert len(t.series) == 13
     flagged = [(s.metric, s.scope) for s in t.series if s.shifts or s.drifts]

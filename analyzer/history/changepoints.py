@@ -105,7 +105,7 @@ def _candidates(y: np.ndarray, sigma: float, min_size: int) -> list[int]:
 
 
 def _pct(delta: float, level: float) -> float | None:
-    return None if level == 0 else 100.0 * delta / abs(level)
+    return None if level == 0 else float(100.0 * delta / abs(level))
 
 
 def detect(values: list[float] | np.ndarray, opts: Options = DEFAULTS) -> tuple[list[Shift], list[Drift]]:
@@ -134,7 +134,7 @@ def detect(values: list[float] | np.ndarray, opts: Options = DEFAULTS) -> tuple[
         p_adj = min(1.0, p * tests)
         big = abs(delta) >= opts.min_shift_pct / 100.0 * abs(before) if before else delta != 0
         if p_adj < opts.alpha and big:
-            shifts.append(Shift(int(pos[j]), before, after, delta, _pct(delta, before), p_adj, 1.0 - p_adj))
+            shifts.append(Shift(int(pos[j]), before, after, delta, _pct(delta, before), float(p_adj), float(1.0 - p_adj)))
             last = j
     return shifts, _drifts(y, pos, [int(np.searchsorted(pos, s.index)) for s in shifts], opts)
 
@@ -162,5 +162,5 @@ def _drifts(y: np.ndarray, pos: np.ndarray, cuts: list[int], opts: Options) -> l
         big = abs(total) >= opts.min_drift_pct / 100.0 * abs(level) if level else slope != 0
         if p_adj < opts.alpha and big:
             out.append(Drift(int(pos[a]), int(pos[b - 1]), float(slope), _pct(slope, c0), _pct(total, c0),
-                             p_adj, 1.0 - p_adj))
+                             float(p_adj), float(1.0 - p_adj)))
     return out

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import statistics
+
 from ..history.trend import Series, Trend, worse
 
 
@@ -75,7 +77,7 @@ def method_line(t: Trend) -> str:
 
 def _row(s: Series) -> list:
     vals = [v for v in s.values if v is not None]
-    med = sorted(vals)[len(vals) // 2] if vals else None
+    med = statistics.median(vals) if vals else None
     return [s.metric, s.scope, len(vals), num(vals[0] if vals else None), num(vals[-1] if vals else None), num(med),
             len(s.shifts), len(s.drifts)]
 
