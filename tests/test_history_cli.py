@@ -196,3 +196,10 @@ def test_postgres_end_to_end(pg_cluster):
     assert r.returncode == 0, r.stderr
     r = cli("compare", "--baseline", "main", HOST, "--store", url, "--jobs", "1")
     assert r.returncode == 1, r.stderr
+
+
+def test_history_dashboard_command_defaults_and_bad_store(tmp_path):
+    r = cli("history", "dashboard", "--help")
+    assert r.returncode == 0 and "127.0.0.1" in r.stdout and "8050" in r.stdout
+    r = cli("history", "dashboard", "--store", tmp_path / "absent.sqlite")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "no history store here" in r.stderr
