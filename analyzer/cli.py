@@ -223,12 +223,15 @@ def export(paths: tuple[Path, ...], output: Path, fmt: str | None, steps_sel: st
 @click.option("--junit", "junit_path", type=click.Path(path_type=Path, dir_okay=False),
               help="Also write JUnit XML here (one failing testcase per regressed metric).")
 @click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), help="Write the report here.")
+@click.option("--allow-mismatch", is_flag=True,
+              help="Compare runs that skipped a rank or differ in world size, layout or step count (exit 2 "
+                   "otherwise); each mismatch is a warning and a note.")
 @common_load_options
 @dimension_options
 def compare(base: Path, new: Path, fail_on: tuple[str, ...], thresholds_file: Path | None, fmt: str,
-            junit_path: Path | None, output: Path | None, rank_map: tuple[str, ...], step_marker: str | None,
-            jobs: int | None, ranks: str | None, no_cache: bool, layout: str | None, layout_order: str | None,
-            gpus_per_host: int) -> None:
+            junit_path: Path | None, output: Path | None, allow_mismatch: bool, rank_map: tuple[str, ...],
+            step_marker: str | None, jobs: int | None, ranks: str | None, no_cache: bool, layout: str | None,
+            layout_order: str | None, gpus_per_host: int) -> None:
     """Compare NEW against BASE (folders or files): exit 0 within thresholds, 1 on regression, 2 on bad input."""
     outcome = {"passed": True}
 
@@ -247,7 +250,10 @@ def compare(base: Path, new: Path, fail_on: tuple[str, ...], thresholds_file: Pa
         th = thresholds.build(fail_on, thresholds_file)  # bad thresholds fail before the slow loading
         opts = load_options(rank_map, step_marker, jobs, ranks, no_cache)
         dims = dim_options(layout, layout_order, gpus_per_host)
-        result = compare_runs(run_analysis(load([base], opts), dims), run_analysis(load([new], opts), dims), th)
+        result = compare_runs(run_analysis(load([base], opts), dims), run_analysis(load([new], opts), dims), th,
+                              allow_mismatch=allow_mismatch, selected=opts.ranks)
+        for why in result.mismatches:
+            click.echo(f"commscope: warning: {why} (compared anyway: --allow-mismatch)", err=True)
         text = compare_formats.render(result, fmt)
         if junit_path:
             junit_path.write_text(compare_formats.junit(result), encoding="utf-8")

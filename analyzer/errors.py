@@ -22,3 +22,7 @@ class TraceError(CommscopeError):
 
 class UsageError(CommscopeError):
     """Options or paths that make no sense together."""
+
+
+class IncomparableRuns(CommscopeError):
+    """``compare`` refuses two runs it cannot compare (a skipped rank, another job); the message says why."""
