@@ -163,11 +163,13 @@ def analyze(paths: tuple[Path, ...], fmt: str, output: Path | None, show_steps: 
 @click.option("--host", default="127.0.0.1", show_default=True, help="Interface to listen on (0.0.0.0 exposes it).")
 @click.option("--port", default=8050, show_default=True, type=click.IntRange(0, 65535))
 @click.option("--debug", is_flag=True, help="Dash debug mode (dev tools, tracebacks): never on a shared host.")
+@click.option("--max-request-kb", default=1024, show_default=True, type=click.IntRange(1, 1 << 20),
+              help="Largest request body the server reads; larger ones get 413.")
 @common_load_options
 @dimension_options
-def dashboard(paths: tuple[Path, ...], host: str, port: int, debug: bool, rank_map: tuple[str, ...],
-              step_marker: str | None, jobs: int | None, ranks: str | None, no_cache: bool, layout: str | None,
-              layout_order: str | None, gpus_per_host: int) -> None:
+def dashboard(paths: tuple[Path, ...], host: str, port: int, debug: bool, max_request_kb: int,
+              rank_map: tuple[str, ...], step_marker: str | None, jobs: int | None, ranks: str | None, no_cache: bool,
+              layout: str | None, layout_order: str | None, gpus_per_host: int) -> None:
     """Serve the interactive dashboard over these traces (loaded and analyzed once)."""
 
     def run() -> None:
@@ -180,7 +182,7 @@ def dashboard(paths: tuple[Path, ...], host: str, port: int, debug: bool, rank_m
         opts = load_options(rank_map, step_marker, jobs, ranks, no_cache)
         result = run_analysis(load(list(paths), opts), dim_options(layout, layout_order, gpus_per_host))
         click.echo(f"commscope dashboard: {len(result.source['ranks'])} ranks on http://{host}:{port}/", err=True)
-        serve(result, host=host, port=port, debug=debug)
+        serve(result, host=host, port=port, debug=debug, max_request_bytes=max_request_kb * 1024)
 
     _guard(run)
 
