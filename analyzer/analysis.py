@@ -114,7 +114,7 @@ def analyze(ts: TraceSet, dims: dimensions.Options | None = None, busbw: dict[st
     cpath = critical_path.critical_path(dep, ts.steps, fit.offsets_ns)
     root = (found[0].rank, found[0].kind) if found else None
     replayed = whatif.analyze(dep, ts.steps, root, busbw, dimensions.pg_dimensions(groups),
-                              peers=replicas.get(root[0]) if root else None)
+                              peers=replicas.get(root[0]) if root else None, experts=experts.balance(drows))
     warnings.extend(whatif.warnings(replayed))
 
     rank_df = _rank_frame(totals, per_step, split, order)
