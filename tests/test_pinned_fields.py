@@ -336,16 +336,7 @@ def test_matching_counts_are_exact(case: Case) -> None:
 
 
 def _common_windows(c: Case) -> dict[int, dict[int, tuple[int, int]]]:
-    """Step N of a synchronous job on every rank (analyzer/step_sync.py), by brute force: on the true clock, from
-    the earliest start of any rank's ProfilerStep#N annotation to the earliest start of step N+1 (the last
-    step: the latest end); back on each rank's file clock with the generator's offsets."""
-    own = {r: oracle.step_windows(oracle.load(p)) for r, p in c.files.items()}
-    off = {r: c.sc.clock_offsets_ns.get(r, 0) for r in own}
-    steps = sorted({n for w in own.values() for n in w})
-    start = {n: min(w[n][0] - off[r] for r, w in own.items() if n in w) for n in steps}
-    last = max(w[steps[-1]][1] - off[r] for r, w in own.items() if steps[-1] in w)
-    end = {n: start[steps[i + 1]] if i + 1 < len(steps) else last for i, n in enumerate(steps)}
-    return {r: {n: (start[n] + off[r], end[n] + off[r]) for n in w} for r, w in own.items()}
+    return oracle.common_step_windows(c.files, c.sc.clock_offsets_ns)
 
 
 def test_step_fields_match_brute_force_and_truth(case: Case) -> None:
