@@ -7,7 +7,7 @@ from functools import partial
 
 import polars as pl
 
-from . import align, graph, match, whatif
+from . import align, graph, match, step_sync, whatif
 from .collectives import bus_factor_expr
 from .metrics import blame, critical_path, dimensions, experts, overlap, pipeline, stragglers, waits
 from .model import TraceSet
@@ -52,10 +52,18 @@ def analyze(ts: TraceSet, dims: dimensions.Options | None = None, busbw: dict[st
     warnings = list(ts.warnings)
     covs = overlap.coverages(ts.gpu)
     totals = overlap.rank_totals(ts.gpu, covs)
-    per_step = overlap.step_breakdown(ts.steps, covs)
 
     inst = match.instances(ts.collectives)
     fit = align.fit_offsets(inst, ranks)
+    linked = inst.filter(pl.col("instance").is_not_null())["rank"].unique().to_list()
+    # reported steps: one interval per step on every rank (step_sync); the graph, replay and pipeline keep each
+    # rank's own windows, which place its operations in steps by launch
+    synced, differed = step_sync.common_windows(ts.steps, fit, linked)
+    if differed:
+        warnings.append(differed)
+    per_step = overlap.step_breakdown(synced, covs)
+    own_windows = ts.steps.filter(pl.col("rank").is_in(per_step["rank"].unique().implode())).select(
+        "rank", "step", "start_ns", "end_ns")
     aligned = align.apply(inst.select("rank", "start_ns", "end_ns"), fit)
     rows = waits.per_row(inst, aligned["start_ns"], aligned["end_ns"])
     matched = waits.matched(rows)
@@ -93,7 +101,7 @@ def analyze(ts: TraceSet, dims: dimensions.Options | None = None, busbw: dict[st
     itable = itable.join(drows.group_by("instance").agg(pl.col("dimension").first(), pl.col("intra_node").first()),
                          on="instance", how="left")
 
-    step_windows = per_step.select("rank", "step", "start_ns", (pl.col("start_ns") + pl.col("span_ns")).alias("end_ns"))
+    step_windows = own_windows
     if step_windows.height == 0:  # no step markers: the whole window is one step
         step_windows = totals.select("rank", pl.lit(-1, dtype=pl.Int64).alias("step"), pl.col("window_start_ns").alias(
             "start_ns"), (pl.col("window_start_ns") + pl.col("span_ns")).alias("end_ns"))
@@ -106,7 +114,7 @@ def analyze(ts: TraceSet, dims: dimensions.Options | None = None, busbw: dict[st
     cpath = critical_path.critical_path(dep, ts.steps, fit.offsets_ns)
     root = (found[0].rank, found[0].kind) if found else None
     replayed = whatif.analyze(dep, ts.steps, root, busbw, dimensions.pg_dimensions(groups),
-                              peers=replicas.get(root[0]) if root else None)
+                              peers=replicas.get(root[0]) if root else None, experts=experts.balance(drows))
     warnings.extend(whatif.warnings(replayed))
 
     rank_df = _rank_frame(totals, per_step, split, order)

@@ -199,11 +199,13 @@ def analyze(paths: tuple[Path, ...], fmt: str, output: Path | None, show_steps: 
 @click.option("--host", default="127.0.0.1", show_default=True, help="Interface to listen on (0.0.0.0 exposes it).")
 @click.option("--port", default=8050, show_default=True, type=click.IntRange(0, 65535))
 @click.option("--debug", is_flag=True, help="Dash debug mode (dev tools, tracebacks): never on a shared host.")
+@click.option("--max-request-kb", default=1024, show_default=True, type=click.IntRange(1, 1 << 20),
+              help="Largest request body the server reads; larger ones get 413.")
 @common_load_options
 @dimension_options
-def dashboard(paths: tuple[Path, ...], host: str, port: int, debug: bool, rank_map: tuple[str, ...],
-              step_marker: str | None, jobs: int | None, ranks: str | None, no_cache: bool, layout: str | None,
-              layout_order: str | None, gpus_per_host: int) -> None:
+def dashboard(paths: tuple[Path, ...], host: str, port: int, debug: bool, max_request_kb: int,
+              rank_map: tuple[str, ...], step_marker: str | None, jobs: int | None, ranks: str | None, no_cache: bool,
+              layout: str | None, layout_order: str | None, gpus_per_host: int) -> None:
     """Serve the interactive dashboard over these traces (loaded and analyzed once)."""
 
     def run() -> None:
@@ -216,7 +218,7 @@ def dashboard(paths: tuple[Path, ...], host: str, port: int, debug: bool, rank_m
         opts = load_options(rank_map, step_marker, jobs, ranks, no_cache)
         result = run_analysis(load(list(paths), opts), dim_options(layout, layout_order, gpus_per_host))
         click.echo(f"commscope dashboard: {len(result.source['ranks'])} ranks on http://{host}:{port}/", err=True)
-        serve(result, host=host, port=port, debug=debug)
+        serve(result, host=host, port=port, debug=debug, max_request_bytes=max_request_kb * 1024)
 
     _guard(run)
 
@@ -261,12 +263,16 @@ def export(paths: tuple[Path, ...], output: Path, fmt: str | None, steps_sel: st
 @click.option("--junit", "junit_path", type=click.Path(path_type=Path, dir_okay=False),
               help="Also write JUnit XML here (one failing testcase per regressed metric).")
 @click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), help="Write the report here.")
+@click.option("--allow-mismatch", is_flag=True,
+              help="Compare runs that skipped a rank or differ in world size, layout or step count (exit 2 "
+                   "otherwise); each mismatch is a warning and a note.")
 @common_load_options
 @dimension_options
 def compare(runs: tuple[Path, ...], baseline: str | None, store: str | None, fail_on: tuple[str, ...],
             thresholds_file: Path | None, fmt: str, junit_path: Path | None, output: Path | None,
-            rank_map: tuple[str, ...], step_marker: str | None, jobs: int | None, ranks: str | None, no_cache: bool,
-            layout: str | None, layout_order: str | None, gpus_per_host: int) -> None:
+            allow_mismatch: bool, rank_map: tuple[str, ...], step_marker: str | None, jobs: int | None,
+            ranks: str | None, no_cache: bool, layout: str | None, layout_order: str | None,
+            gpus_per_host: int) -> None:
     """Compare NEW against BASE (folders or files), or against a named baseline of the run history
     (--baseline): exit 0 within thresholds, 1 on regression, 2 on bad input."""
     outcome = {"passed": True}
@@ -299,7 +305,10 @@ def compare(runs: tuple[Path, ...], baseline: str | None, store: str | None, fai
             click.echo(f"baseline {baseline}: run {base_run}", err=True)
         else:
             base_analysis = run_analysis(load([base], opts), dims)
-        result = compare_runs(base_analysis, run_analysis(load([new], opts), dims), th)
+        result = compare_runs(base_analysis, run_analysis(load([new], opts), dims), th,
+                              allow_mismatch=allow_mismatch, selected=opts.ranks)
+        for why in result.mismatches:
+            click.echo(f"commscope: warning: {why} (compared anyway: --allow-mismatch)", err=True)
         text = compare_formats.render(result, fmt)
         step_summary(text if fmt == "markdown" else compare_formats.render(result, "markdown"))
         if junit_path:

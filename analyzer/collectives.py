@@ -91,7 +91,7 @@ def _coalesced_p2p(linked: pl.DataFrame, calls: pl.DataFrame, inside: pl.DataFra
     """Launches of a ``batch_isend_irecv`` batch (PyTorch >= 2.x): each send/recv is recorded with its
     group but launches nothing; the batch's one SendRecv kernel is launched after them, outside every
     record (inside an ``nccl:coalesced`` annotation). It takes the group of the records just before it;
-    the op is the batch's (``send_recv``), its bytes unknown."""
+    the op is the batch's (``send_recv``), its sizes and peers those records' (``_batch_peers``)."""
     p2p_calls = calls.filter(pl.col("op").is_in(["send", "recv"]) & pl.col("pg").is_not_null()).sort("c_end")
     if p2p_calls.height == 0:
         return inside.head(0)
@@ -102,15 +102,19 @@ def _coalesced_p2p(linked: pl.DataFrame, calls: pl.DataFrame, inside: pl.DataFra
                    check_sortedness=False)
         .filter(pl.col("c_end").is_not_null() & (pl.col("launch_ns") - pl.col("c_end") <= _BATCH_GAP_NS))
     )
-    blank = [c for c in meta if c not in ("pg", "pg_desc", "group_ranks", "group_size", "op")]
-    return got.select("rank", "correlation", *meta).with_columns(
+    from_batch = ("in_bytes", "out_bytes", "dtype")  # summed over the batch's records (_batch_peers)
+    blank = [c for c in meta if c not in ("pg", "pg_desc", "group_ranks", "group_size", "op", *from_batch)]
+    return got.select("rank", "correlation", *[c for c in meta if c not in from_batch]).with_columns(
         pl.lit("send_recv").alias("op"), *[pl.lit(None, dtype=got.schema[c]).alias(c) for c in blank]
-    ).join(_batch_peers(linked, p2p_calls), on=["rank", "correlation"], how="left")
+    ).join(_batch_peers(linked, p2p_calls), on=["rank", "correlation"], how="left").select(inside.columns)
 
 
 def _batch_peers(linked: pl.DataFrame, p2p_calls: pl.DataFrame) -> pl.DataFrame:
-    """(rank, correlation, send_peer, recv_peer) of each batch's launch: the global ranks its send and recv
-    records name (a ring's hop: send to the next, receive from the previous), null where none or several.
+    """(rank, correlation, send_peer, recv_peer, in_bytes, out_bytes, dtype) of each batch's launch: the global
+    ranks its send and recv records name (a ring's hop: send to the next, receive from the previous), null where
+    none or several; the bytes its send records carry (in_bytes) and its recv records (out_bytes), each record's
+    ``In msg nelems`` x its dtype's size, 0 where the batch has none of that direction (null: a size unknown);
+    the dtype where all its records share one.
 
     A batch's records are the send/recv records on the launching thread that end before its launch and
     after the thread's previous launch; a record that encloses a launch is a plain send/recv, no batch's.
@@ -124,7 +128,8 @@ def _batch_peers(linked: pl.DataFrame, p2p_calls: pl.DataFrame) -> pl.DataFrame:
         .then(members.list.get(local.cast(pl.Int64), null_on_oob=True).cast(pl.Int32, strict=False)),
     )
     rec = (
-        p2p_calls.select("rank", "tid", "c_start", "c_end", "op", peer.cast(pl.Int32).alias("_peer"))
+        p2p_calls.select("rank", "tid", "c_start", "c_end", "op", peer.cast(pl.Int32).alias("_peer"), "dtype",
+                         pl.coalesce("in_bytes", "out_bytes").alias("_bytes"))
         .sort("c_end")
         .join_asof(ls.select("rank", "tid", pl.col("launch_ns").alias("_before")), left_on="c_end",
                    right_on="_before", by=["rank", "tid"], strategy="backward", check_sortedness=False)
@@ -138,7 +143,14 @@ def _batch_peers(linked: pl.DataFrame, p2p_calls: pl.DataFrame) -> pl.DataFrame:
         got = pl.col("_peer").filter((pl.col("op") == op) & pl.col("_peer").is_not_null()).unique()
         return pl.when(got.len() == 1).then(got.first()).otherwise(None).cast(pl.Int32).alias(f"{op}_peer")
 
-    return rec.group_by("rank", "correlation").agg(one("send"), one("recv"))
+    def size(op: str, name: str) -> pl.Expr:
+        b = pl.col("_bytes").filter(pl.col("op") == op)
+        return pl.when(b.null_count() > 0).then(None).otherwise(b.sum()).cast(pl.Int64).alias(name)
+
+    dtype = pl.col("dtype").drop_nulls().unique()
+    return rec.group_by("rank", "correlation").agg(
+        one("send"), one("recv"), size("send", "in_bytes"), size("recv", "out_bytes"),
+        pl.when(dtype.len() == 1).then(dtype.first()).otherwise(None).cast(pl.Utf8).alias("dtype"))
 
 
 def _fill_group_ranks(df: pl.DataFrame, groups: dict[int, tuple[ProcessGroup, ...]]) -> pl.DataFrame:

@@ -17,7 +17,9 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import polars as pl
 
+from . import compare_gate
 from .analysis import Analysis
+from .errors import IncomparableRuns
 from .thresholds import DEFAULTS, METRICS, Rule, Thresholds
 
 # compare metric -> column in Analysis.steps (and in Analysis.ranks for the no-steps fallback)
@@ -111,6 +113,7 @@ class Comparison:
     straggler: StragglerChange
     notes: tuple[str, ...] = field(default_factory=tuple)
     dimensions: tuple[Delta, ...] = ()  # per parallelism dimension; scope "TP", "DP", ...
+    mismatches: tuple[str, ...] = ()  # why the runs are not comparable, compared anyway (--allow-mismatch)
 
     @property
     def deltas(self) -> tuple[Delta, ...]:
@@ -249,10 +252,19 @@ def _prediction(base: Analysis, new: Analysis) -> Prediction | None:
                       predicted_step_ms=float(row["step_time_ns"][0]) / 1e6, new_step_ms=nw.measured_step_time_ns / 1e6)
 
 
-def compare(base: Analysis, new: Analysis, thresholds: Thresholds = DEFAULTS) -> Comparison:
-    """Compare NEW against BASE; ``Comparison.passed`` is the gate."""
+def compare(base: Analysis, new: Analysis, thresholds: Thresholds = DEFAULTS, allow_mismatch: bool = False,
+            selected: tuple[int, ...] | None = None) -> Comparison:
+    """Compare NEW against BASE; ``Comparison.passed`` is the gate.
+
+    Raises IncomparableRuns when the runs cannot be compared (compare_gate), unless ``allow_mismatch``: then the
+    reasons lead the notes and ``Comparison.mismatches``. ``selected``: the ranks the user chose (--ranks)."""
     th = thresholds
-    notes: list[str] = []
+    wrong = compare_gate.mismatches(base, new, selected)
+    if wrong and not allow_mismatch:
+        more = f" (and {len(wrong) - 1} more reason(s))" if len(wrong) > 1 else ""
+        raise IncomparableRuns(f"cannot compare: {wrong[0]}{more}; fix the run or pass --allow-mismatch to "
+                               "compare anyway")
+    notes: list[str] = [f"compared despite a mismatch (--allow-mismatch): {w}" for w in wrong]
     floor_ms = _floor_ms(base, th)
     if not (_has_steps(base) and _has_steps(new)):
         notes.append("no step windows in " + ("either run" if not (_has_steps(base) or _has_steps(new))
@@ -291,7 +303,7 @@ def compare(base: Analysis, new: Analysis, thresholds: Thresholds = DEFAULTS) ->
     return Comparison(
         base=base.source, new=new.source, thresholds=th, overall=overall, per_rank=per_rank, bandwidth=bandwidth,
         straggler=_straggler(base, new, th, floor_ms), notes=tuple(notes),
-        dimensions=_dimension_deltas(base, new, th, floor_ms),
+        dimensions=_dimension_deltas(base, new, th, floor_ms), mismatches=tuple(wrong),
     )
 
 

@@ -26,3 +26,7 @@ class UsageError(CommscopeError):
 
 class StoreError(CommscopeError):
     """The run-history store cannot be used: not a store, corrupt, newer schema, unreachable, unknown run."""
+
+
+class IncomparableRuns(CommscopeError):
+    """``compare`` refuses two runs it cannot compare (a skipped rank, another job); the message says why."""

@@ -11,6 +11,8 @@ Scenarios (each a row of changes to durations, gaps, transfers, or hidden commun
   communication costs nothing, waits included: an upper bound on what overlap could buy.
 - ``busbw:<op>=<GB/s>`` (``all`` for every op): transfers at that bus bandwidth,
   transfer = bytes × nccl-tests factor(op, n) / busbw.
+- ``balanced_experts`` (expert parallelism, when the ranks' received tokens differ): each rank's received
+  tokens, all-to-all bytes and expert compute at the mean of its expert-parallel group (expert_balance.py).
 - ``ideal``: every compute operation at its mean across ranks and steps, every transfer at the median
   of its (op, bytes, group size), every gap at the median for its operation (the What-if analysis'
   ideal, OSDI'25); S = measured / ideal.
@@ -32,6 +34,7 @@ import polars as pl
 from . import replay
 from .collectives import bus_factor_expr
 from .errors import UsageError
+from .expert_balance import expert_changes
 from .graph import Graph
 
 MAX_RANKS = 32  # per-rank scenarios replayed (ranks with the most to gain)
@@ -66,9 +69,11 @@ def parse_specs(specs: tuple[str, ...] | list[str]) -> dict[str, float]:
 
 def analyze(g: Graph, steps: pl.DataFrame, straggler: tuple[int, str] | None = None,
             busbw: dict[str, float] | None = None, dims: dict[str, str] | None = None,
-            max_ranks: int = MAX_RANKS, peers: list[int] | None = None) -> WhatIf | None:
+            max_ranks: int = MAX_RANKS, peers: list[int] | None = None,
+            experts: dict[str, pl.DataFrame] | None = None) -> WhatIf | None:
     """Replay the unchanged run and every scenario. None when the graph is empty. ``peers``: the
-    straggler's ranks of the same role (none: every other rank)."""
+    straggler's ranks of the same role (none: every other rank); ``experts``: metrics.experts.balance (adds
+    ``balanced_experts`` when the ranks' received tokens differ)."""
     if g.n_nodes == 0:
         return None
     arr = replay.Arrays.of(g)
@@ -84,6 +89,9 @@ def analyze(g: Graph, steps: pl.DataFrame, straggler: tuple[int, str] | None = N
     named: list[tuple[str, Callable[[replay.Mods, int], None]]] = [("replay", lambda m, i: None)]
     if straggler is not None:
         named.append(("no_straggler", lambda m, i: _no_straggler(m, i, nodes, *straggler, peers)))
+    balanced = expert_changes(nodes, g.instances, experts)
+    if balanced is not None:
+        named.append(("balanced_experts", lambda m, i: _apply(m, i, balanced)))
     comm = (nodes["kind"] == "comm").to_numpy()
     named.append(("no_exposed_comm", lambda m, i: _hide(m, i, nodes, comm)))
     if dims:
@@ -192,6 +200,12 @@ def _no_straggler(m: replay.Mods, i: int, nodes: pl.DataFrame, rank: int, kind: 
         mine = _key_median(nodes, rank, "gap_ns", None, peers).filter(pl.col("_peer").is_not_null())
         extra = (pl.col("gap_ns") - pl.col("_peer")).clip(lower_bound=0)
         m.dgap[i, mine["node"].to_numpy()] -= mine.select(extra)["gap_ns"].to_numpy()
+
+
+def _apply(m: replay.Mods, i: int, ch: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]) -> None:
+    node, ddur, inst, dtr = ch
+    m.ddur[i, node] += ddur
+    m.dtr[i, inst] += dtr
 
 
 def _hide(m: replay.Mods, i: int, nodes: pl.DataFrame, mask: np.ndarray) -> None:

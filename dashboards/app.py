@@ -6,25 +6,34 @@ import dash
 
 from analyzer.analysis import Analysis
 
-from . import callbacks, export, layout
+from . import callbacks, export, guard, layout
+
+# callback requests carry ids, clicks, zoom ranges and the drawn lanes' ranks: a few kB
+DEFAULT_MAX_REQUEST_BYTES = 1 << 20
 
 
-def create_app(analysis: Analysis) -> dash.Dash:
-    """The app holds only this analysis: callbacks filter and present it, nothing is read per request."""
+def create_app(analysis: Analysis, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES) -> dash.Dash:
+    """The app holds only this analysis: callbacks filter and present it, nothing is read per request.
+    A request body over ``max_request_bytes`` is refused (413) before it is read."""
     app = dash.Dash(
         __name__,
         title="commscope",
         serve_locally=True,  # no CDN: works offline and on air-gapped clusters
         suppress_callback_exceptions=False,
         update_title=None,
+        on_error=guard.on_error,  # a callback that raises: a message in the page, never a 500
     )
-    app.layout = layout.build_layout(analysis)
+    page = layout.build_layout(analysis)
+    page.children = [guard.message_area(), *page.children]
+    app.layout = page
     callbacks.register(app, analysis)
     export.register(app, analysis)
+    guard.install(app, max_request_bytes)
     return app
 
 
-def serve(analysis: Analysis, host: str = "127.0.0.1", port: int = 8050, debug: bool = False) -> None:
+def serve(analysis: Analysis, host: str = "127.0.0.1", port: int = 8050, debug: bool = False,
+          max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES) -> None:
     """Blocking: serve the dashboard. Debug (hot reload, dev tools, tracebacks) only when asked for."""
-    app = create_app(analysis)
+    app = create_app(analysis, max_request_bytes)
     app.run(host=host, port=port, debug=debug, use_reloader=False, dev_tools_ui=debug, dev_tools_props_check=debug)

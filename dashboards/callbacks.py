@@ -16,7 +16,7 @@ from dash import Input, Output, Patch, State, ctx, no_update
 
 from analyzer.analysis import Analysis
 
-from . import figures, summary
+from . import figures, inputs, summary
 from . import timeline as tl
 from .layout import kpi_rows
 
@@ -25,10 +25,7 @@ EMPTY = {"rank": None, "step": None, "collective": None}
 
 
 def _int(value: Any) -> int | None:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None
+    return inputs.as_int(value)
 
 
 def collective_rows(a: Analysis, rank: int | None, step: int | None) -> list[dict]:
@@ -60,23 +57,12 @@ def _collective_window(a: Analysis, pg: str, seq: int) -> tuple[tuple[float, flo
 
 
 def _relayout_window(relayout: dict | None) -> tuple[float, float] | None | str:
-    """The zoomed x range, "reset" on autorange, None when the relayout was not an x zoom."""
-    if not relayout:
-        return None
-    if relayout.get("xaxis.autorange"):
-        return "reset"
-    lo, hi = relayout.get("xaxis.range[0]"), relayout.get("xaxis.range[1]")
-    if lo is None and isinstance(relayout.get("xaxis.range"), list):
-        lo, hi = relayout["xaxis.range"]
-    try:
-        return (float(lo), float(hi)) if lo is not None and hi is not None and float(hi) > float(lo) else None
-    except (TypeError, ValueError):
-        return None
+    """The zoomed x range, "reset" on autorange, None when the relayout was not an x zoom (inputs.zoom)."""
+    return inputs.zoom(relayout)
 
 
 def register(app: dash.Dash, a: Analysis) -> None:
-    ranks_known = set(int(r) for r in a.source["ranks"])
-    steps_known = set(a.steps["step"].to_list()) if a.steps.height else set()
+    known = inputs.Known(a)  # every client value is checked against it before use (inputs.py)
     many = summary.many(a)  # summary views: a selection only moves their marker (sent as a patch)
 
     @app.callback(
@@ -88,39 +74,39 @@ def register(app: dash.Dash, a: Analysis) -> None:
         prevent_initial_call=True,
     )
     def select(kpi_cell, bar_click, heat_click, tl_click, wait_click, coll_cell, step_value, _clear, sel, lanes):
-        sel = dict(sel or EMPTY)
+        sel = known.selection(sel)
         trig = ctx.triggered_id
         if trig == "clear-selection":
             return dict(EMPTY), None
-        if trig == "kpi-table" and kpi_cell:
-            sel["rank"] = _int(kpi_cell.get("row_id"))
-        elif trig == "breakdown" and bar_click:
-            p = bar_click["points"][0]
+        cell = inputs.as_dict(kpi_cell)
+        if trig == "kpi-table" and cell:
+            sel["rank"] = known.rank(cell.get("row_id"))
+        elif trig == "breakdown" and (p := inputs.first_point(bar_click)):
             if not many or p.get("curveNumber", 0) == 0:  # many ranks: only the heatmap names a rank
-                sel["rank"] = _int(p.get("x"))
-        elif trig == "heatmap" and heat_click:
-            p = heat_click["points"][0]
-            sel["rank"], sel["step"] = _int(p.get("y")), _int(p.get("x"))
-        elif trig == "timeline" and tl_click and lanes:
-            lane = _int(round(float(tl_click["points"][0].get("y", -1))))
+                sel["rank"] = known.rank(p.get("x"))
+        elif trig == "heatmap" and (p := inputs.first_point(heat_click)):
+            sel["rank"], sel["step"] = known.rank(p.get("y")), known.step(p.get("x"))
+        elif trig == "timeline" and (p := inputs.first_point(tl_click)):
+            lanes = inputs.int_list(lanes)
+            y = inputs.as_float(p.get("y"))
+            lane = None if y is None or abs(y) > len(lanes) + 1 else round(y)
             if lane is not None and 0 <= lane < len(lanes):
-                sel["rank"] = lanes[lane]
-        elif trig == "waits" and wait_click:
-            pg, seq, _last, step = wait_click["points"][0]["customdata"]
-            sel["collective"], sel["step"] = {"pg": str(pg), "seq": _int(seq)}, _int(step)
-        elif trig == "coll-table" and coll_cell and coll_cell.get("row_id"):
-            pg, _, seq = str(coll_cell["row_id"]).rpartition("/")
-            row = a.collectives.filter((pl.col("pg") == pg) & (pl.col("seq") == _int(seq)))
-            if row.height:
-                sel["collective"], sel["step"] = {"pg": pg, "seq": _int(seq)}, row["step"][0]
+                sel["rank"] = known.rank(lanes[lane])
+        elif trig == "waits" and (p := inputs.first_point(wait_click)):
+            data = p.get("customdata")
+            if isinstance(data, list) and len(data) == 4:
+                found = inputs.collective(a, {"pg": data[0], "seq": data[1]})
+                if found:
+                    sel["collective"], sel["step"] = found, known.step(data[3])
+        elif trig == "coll-table" and isinstance((rid := inputs.as_dict(coll_cell).get("row_id")), str):
+            pg, _, seq = rid.rpartition("/")
+            found = inputs.collective(a, {"pg": pg, "seq": seq})
+            if found:
+                row = a.collectives.filter((pl.col("pg") == found["pg"]) & (pl.col("seq") == found["seq"]))
+                sel["collective"], sel["step"] = found, known.step(row["step"][0])
         elif trig == "step-select":
-            sel["step"] = _int(step_value)
+            sel["step"] = known.step(step_value)
             sel["collective"] = None
-        # only known ranks and steps survive: anything else a client sends is dropped
-        if sel.get("rank") not in ranks_known:
-            sel["rank"] = None
-        if sel.get("step") not in steps_known:
-            sel["step"] = None
         return sel, sel["step"]
 
     if many:
@@ -133,7 +119,7 @@ def register(app: dash.Dash, a: Analysis) -> None:
                       Input("kpi-table", "page_current"), Input("kpi-table", "sort_by"), prevent_initial_call=True)
         def kpi_page(page, sort_by):
             """Many ranks: the server sorts and pages the KPI rows; a new order starts at its first page."""
-            ordered = summary.sort_rows(rows_all, sort_by)
+            ordered = summary.sort_rows(rows_all, inputs.sort_by(sort_by))
             page = 0 if ctx.triggered_id == "kpi-table" and "kpi-table.sort_by" in ctx.triggered_prop_ids else page
             page = max(0, min(_int(page) or 0, (len(ordered) - 1) // size))
             return ordered[page * size:(page + 1) * size], page
@@ -141,7 +127,7 @@ def register(app: dash.Dash, a: Analysis) -> None:
     @app.callback(Output("selection-text", "children"), Output("kpi-table", "style_data_conditional"),
                   Output("breakdown", "figure"), Input("selection", "data"))
     def overview(sel):
-        sel = sel or EMPTY
+        sel = known.selection(sel)
         parts = []
         if sel.get("rank") is not None:
             parts.append(f"rank {sel['rank']}")
@@ -160,7 +146,8 @@ def register(app: dash.Dash, a: Analysis) -> None:
 
     @app.callback(Output("heatmap", "figure"), Input("heatmap-metric", "value"), Input("selection", "data"))
     def heatmap(metric, sel):
-        metric = metric if metric in figures.HEATMAP_METRICS else "caused_wait_ms"
+        metric = inputs.choice(metric, figures.HEATMAP_METRICS, "caused_wait_ms")
+        sel = known.selection(sel)
         if many and ctx.triggered_id == "selection":
             marker = Patch()
             marker["layout"]["shapes"] = summary.rank_marker((sel or EMPTY).get("rank"), axis="y")
@@ -170,7 +157,7 @@ def register(app: dash.Dash, a: Analysis) -> None:
     @app.callback(Output("waits", "figure"), Output("busbw", "figure"), Output("coll-table", "data"),
                   Input("selection", "data"))
     def collectives(sel):
-        sel = sel or EMPTY
+        sel = known.selection(sel)
         ranks = [sel["rank"]] if sel.get("rank") is not None else None
         return (figures.wait_figure(a, ranks), figures.busbw_figure(a, ranks),
                 collective_rows(a, sel.get("rank"), sel.get("step")))
@@ -178,8 +165,8 @@ def register(app: dash.Dash, a: Analysis) -> None:
     @app.callback(Output("timeline", "figure"), Output("timeline-lanes", "data"),
                   Input("selection", "data"), Input("timeline-opts", "value"), Input("timeline", "relayoutData"))
     def timeline(sel, opts, relayout):
-        sel = sel or EMPTY
-        by_stream = "streams" in (opts or [])
+        sel = known.selection(sel)
+        by_stream = "streams" in inputs.str_list(opts)
         window: tuple[float, float] | None = None
         # a click can fire a relayout (the page reflows) together with the selection: only a relayout alone
         # is the user zooming; ctx.triggered_id names just one of several triggers

@@ -17,19 +17,20 @@ from analyzer.analysis import Analysis
 from analyzer.errors import CommscopeError
 from analyzer.export import Selection, command_line, write_trace
 
+from . import inputs
+
 SUFFIX = {"pftrace": "pftrace", "json": "json"}
 
 
 def selection_of(a: Analysis, sel: dict | None) -> Selection:
     """The dashboard's selection store -> what to export (unknown ranks/steps/collectives are ignored)."""
-    sel = sel or {}
-    ranks = {int(r) for r in a.source["ranks"]}
-    steps = set(a.steps["step"].to_list()) if a.steps.height else set()
-    rank, step, coll = sel.get("rank"), sel.get("step"), sel.get("collective")
-    out_ranks = (rank,) if rank in ranks else None
-    out_steps = (step,) if step in steps else None
-    if isinstance(coll, dict):
-        row = a.collectives.filter((pl.col("pg") == str(coll.get("pg"))) & (pl.col("seq") == coll.get("seq")))
+    clean = inputs.Known(a).selection(sel)  # a client's store: only known ranks, steps, collectives
+    ranks, steps = {int(r) for r in a.source["ranks"]}, set(a.steps["step"].to_list()) if a.steps.height else set()
+    rank, step, coll = clean["rank"], clean["step"], clean["collective"]
+    out_ranks = (rank,) if rank is not None else None
+    out_steps = (step,) if step is not None else None
+    if coll is not None:
+        row = a.collectives.filter((pl.col("pg") == coll["pg"]) & (pl.col("seq") == coll["seq"]))
         if row.height:
             out_ranks = tuple(sorted(int(r) for r in row["ranks"][0] if int(r) in ranks)) or out_ranks
             out_steps = (row["step"][0],) if row["step"][0] in steps else out_steps
@@ -64,14 +65,14 @@ def trace_bytes(a: Analysis, sel: Selection, fmt: str) -> bytes:
 def register(app: dash.Dash, a: Analysis) -> None:
     @app.callback(Output("export-command", "children"), Input("selection", "data"), Input("export-format", "value"))
     def command(sel, fmt):
-        fmt = fmt if fmt in SUFFIX else "pftrace"
+        fmt = inputs.choice(fmt, SUFFIX, "pftrace")
         s = selection_of(a, sel)
         return command_line(a, s, filename(s, fmt)) + ("" if fmt == "pftrace" else " --format json")
 
     @app.callback(Output("export-download", "data"), Input("export-button", "n_clicks"),
                   State("selection", "data"), State("export-format", "value"), prevent_initial_call=True)
     def download(_n, sel, fmt):
-        fmt = fmt if fmt in SUFFIX else "pftrace"
+        fmt = inputs.choice(fmt, SUFFIX, "pftrace")
         s = selection_of(a, sel)
         try:
             data = trace_bytes(a, s, fmt)

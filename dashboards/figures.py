@@ -16,7 +16,7 @@ from plotly.subplots import make_subplots
 
 from analyzer.analysis import Analysis
 
-from . import summary
+from . import inputs, summary
 from . import timeline as tl
 
 COLORS = {
@@ -125,6 +125,8 @@ def timeline_figure(a: Analysis, ranks: Sequence[int] | None = None, window_ms: 
         gpu = gpu.filter(pl.col("rank").is_in(list(ranks)))
     if gpu.height == 0:
         return _empty("GPU timeline", "no GPU activity for this selection")
+    if window_ms is not None:  # a client's zoom: finite and within int64 ns once converted (inputs.window)
+        window_ms = inputs.window(*window_ms)  # None (the whole window) when empty or not numbers
     window = None if window_ms is None else (int(window_ms[0] * 1e6), int(window_ms[1] * 1e6))
     lane_cols = ["rank", "stream"] if by_stream or expand_rank is not None else ["rank"]
     if not by_stream and expand_rank is not None:

@@ -124,6 +124,20 @@ def step_windows(trace: dict) -> dict[int, tuple[int, int]]:
     return dict(sorted((found["gpu_user_annotation"] or found["user_annotation"]).items()))
 
 
+def common_step_windows(files: dict[int, str | Path], offsets_ns: dict[int, int] | None = None
+                        ) -> dict[int, dict[int, tuple[int, int]]]:
+    """Step N of a synchronous job on every rank (analyzer/step_sync.py), by brute force: on the true clock
+    (file time minus the rank's offset), from the earliest start of any rank's ProfilerStep#N annotation to the
+    earliest start of step N+1 (the last step: the latest end); back on each rank's file clock."""
+    own = {r: step_windows(load(p)) for r, p in files.items()}
+    off = {r: (offsets_ns or {}).get(r, 0) for r in own}
+    steps = sorted({n for w in own.values() for n in w})
+    start = {n: min(w[n][0] - off[r] for r, w in own.items() if n in w) for n in steps}
+    last = max(w[steps[-1]][1] - off[r] for r, w in own.items() if steps[-1] in w)
+    end = {n: start[steps[i + 1]] if i + 1 < len(steps) else last for i, n in enumerate(steps)}
+    return {r: {n: (start[n] + off[r], end[n] + off[r]) for n in w} for r, w in own.items()}
+
+
 def breakdown(events: list[Interval], window: tuple[int, int] | None = None) -> Breakdown:
     """Lengths by sweeping boundary points; ``window`` clips, else the span is first GPU start..last end."""
     if window is None:

@@ -335,14 +335,21 @@ def test_matching_counts_are_exact(case: Case) -> None:
 # ----------------------------------------------------------------------------- per step
 
 
+def _common_windows(c: Case) -> dict[int, dict[int, tuple[int, int]]]:
+    return oracle.common_step_windows(c.files, c.sc.clock_offsets_ns)
+
+
 def test_step_fields_match_brute_force_and_truth(case: Case) -> None:
-    """GPU-side ProfilerStep annotations cover every step's GPU work here (complete annotations)."""
+    """GPU-side ProfilerStep annotations cover every step's GPU work here (complete annotations); each step is
+    one interval on the aligned clock on every rank (_common_windows)."""
     steps = {(s["rank"], s["step"]): s for s in case.rep["steps"]}
     assert len(steps) == case.sc.ranks * case.sc.steps
-    for r, o in case.oracles.items():
-        windows = oracle.step_windows(oracle.load(case.files[r]))
+    common = _common_windows(case)
+    for r in case.oracles:
+        windows = common[r]
         assert sorted(windows) == sorted(s for rr, s in steps if rr == r)
-        for n, b in o.steps.items():
+        for n, w in windows.items():
+            b = oracle.breakdown(case.events[r], w)
             row = steps[r, n]
             want = {"span_ms": b.span_ns, "compute_ms": b.compute_ns, "comm_ms": b.comm_ns,
                     "overlapped_comm_ms": b.overlapped_ns, "exposed_comm_ms": b.exposed_ns,
@@ -362,14 +369,17 @@ def test_step_fields_match_brute_force_and_truth(case: Case) -> None:
 
 def test_rank_step_time_summary_matches_brute_force(case: Case) -> None:
     rows = {r["rank"]: r for r in case.rep["ranks"]}
-    for r, o in case.oracles.items():
-        spans = [b.span_ns / MS for b in o.steps.values()]
+    common = _common_windows(case)
+    for r in case.oracles:
+        spans = [(e - s) / MS for s, e in common[r].values()]
         assert rows[r]["steps"] == len(spans) == case.sc.steps
         st = rows[r]["step_time_ms"]
         assert st["mean"] == pytest.approx(statistics.mean(spans), abs=TOL)
         assert st["p50"] == pytest.approx(statistics.median(spans), abs=TOL)
         assert st["max"] == pytest.approx(max(spans), abs=TOL)
         assert len(set(spans)) > 1  # mean, median and max are told apart
+    # a synchronous job: every rank's steps span the same time
+    assert len({tuple(round(s["span_ms"], 6) for s in case.rep["steps"] if s["rank"] == r) for r in rows}) == 1
 
 
 def test_per_rank_totals_are_the_sum_of_the_steps_where_steps_tile_the_work(case: Case) -> None:

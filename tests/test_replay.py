@@ -184,8 +184,13 @@ def test_replay_reproduces_real_step_times(folder: Path) -> None:
     assert w.replay_error_pct < 5.0
     assert w.errors.height == a.steps.height and float(w.errors["error_pct"].max()) < 5.0
     assert w.forced_ends == 0
+    # the replay runs on each rank's own step windows (a.traces.steps); a step lasts until the slowest is done
+    own = a.traces.steps.with_columns(((pl.col("end_ns") - pl.col("start_ns")) / 1e6).alias("span_ms"))
     assert w.measured_step_time_ns / 1e6 == pytest.approx(
-        a.steps.group_by("step").agg(pl.col("span_ms").max())["span_ms"].mean(), rel=1e-9)
+        own.group_by("step").agg(pl.col("span_ms").max())["span_ms"].mean(), rel=1e-9)
+    # the reported steps are one interval per step on every rank (analyzer/step_sync.py), within 7% of it
+    assert a.steps.group_by("step").agg(pl.col("span_ms").n_unique())["span_ms"].max() == 1
+    assert a.steps["span_ms"].mean() == pytest.approx(w.measured_step_time_ns / 1e6, rel=0.07)
 
 
 def _gen(tmp_path: Path, name: str, sc: Scenario, **kw):

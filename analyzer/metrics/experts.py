@@ -77,3 +77,30 @@ def analyze(rows: pl.DataFrame) -> dict | None:
         "ranks": per_rank,
         "peers": pairs,
     }
+
+
+def balance(rows: pl.DataFrame) -> dict[str, pl.DataFrame] | None:
+    """What the ``balanced_experts`` what-if needs: each rank's received all-to-all bytes (its tokens) and
+    expert-parallel group, and per instance the mean bytes a rank moves over the busiest rank's (its transfer
+    at balanced loads): the busiest sender or receiver sets the pace (the combine all-to-all sends a hot
+    expert's tokens back, so there it is the busiest sender). What is sent adds up to what is received, so
+    one mean serves both.
+
+    Returns {"ranks": rank, group (the all-to-all group's member list), recv_bytes; "instances": instance,
+    scale} or None when no all-to-all recorded split sizes.
+    """
+    a2a = rows.filter((pl.col("op") == "all_to_all") & pl.col("instance").is_not_null())
+    if a2a.height == 0 or "out_splits" not in a2a.columns:
+        return None
+    got = _per_peer(a2a, "out_splits", "out_bytes", "bytes").group_by("instance", "rank").agg(pl.col("bytes").sum())
+    if got.height == 0:
+        return None
+    sent = _per_peer(a2a, "in_splits", "in_bytes", "bytes").group_by("instance", "rank").agg(pl.col("bytes").sum())
+    busiest = pl.concat([got, sent]).group_by("instance").agg(pl.col("bytes").max().alias("_max"))
+    scale = got.group_by("instance").agg(pl.col("bytes").mean().alias("_mean")).join(busiest, on="instance").select(
+        "instance", pl.when(pl.col("_max") > 0).then(pl.col("_mean") / pl.col("_max")).otherwise(1.0).alias("scale"))
+    group = (a2a.filter(pl.col("out_splits").is_not_null()).group_by("rank", "group_ranks").agg(pl.len().alias("_n"))
+             .sort("rank", "_n", "group_ranks", descending=[False, True, False])
+             .group_by("rank", maintain_order=True).agg(pl.col("group_ranks").first().alias("group")))
+    ranks = group.join(got.group_by("rank").agg(pl.col("bytes").sum().alias("recv_bytes")), on="rank", how="inner")
+    return {"ranks": ranks.sort("rank"), "instances": scale}

@@ -51,6 +51,7 @@ def to_dict(c: Comparison) -> dict:
                 "new_step_time_ms": s.prediction.new_step_ms, "error_pct": s.prediction.error_pct}),
         },
         "notes": list(c.notes),
+        "mismatches": list(c.mismatches),
     }
 
 

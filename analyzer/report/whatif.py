@@ -49,6 +49,8 @@ def _phrase(name: str, a: Analysis) -> str:
         return "hiding all exposed communication"
     if name.startswith("no_exposed_comm:"):
         return f"hiding the {name.split(':', 1)[1]} communication"
+    if name == "balanced_experts":
+        return "balancing the experts' tokens"
     if name.startswith("busbw:"):
         op, _, gbps = name[6:].partition("=")
         return f"{'every collective' if op == 'all' else op} at {gbps} GB/s bus bandwidth"
