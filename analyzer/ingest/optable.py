@@ -31,7 +31,7 @@ from ..model import (
 )
 from . import optable_layout as lay_mod
 from .optable_frame import Table, read_table
-from .optable_ops import STREAM_COMPUTE, op_rules
+from .optable_ops import STREAM_COMPUTE, UNKNOWN_KIND, op_rules
 from .options import ReadOptions
 
 FORMAT = "optable"
@@ -41,7 +41,7 @@ def read(path: Path, opts: ReadOptions) -> list[RankTrace]:
     table = read_table(path)
     lay = _layout(path, table, opts)
     df, warnings = _coords(path, table, lay)
-    df = _relaid(df)
+    df = _relaid(_local_ops(df, lay))
     ranks = df.select("rank", "dp_rank", "stage").unique().sort("rank").rows()
     groups = {r: lay_mod.groups_of(lay, r, d, s) for r, d, s in ranks}
     warnings += table.warnings
@@ -56,7 +56,8 @@ def read(path: Path, opts: ReadOptions) -> list[RankTrace]:
     note = (f"{path.name}: op table of {len(ranks)} recorded ranks of {lay.world} ({lay.text()}, "
             f"sizes from {lay.source})")
     for i, (r, _, _) in enumerate(ranks):
-        pgs = tuple(sorted({g.name: g for g in groups[r].values()}.values(), key=lambda g: g.name))
+        # a group of one rank carries no communication (its ops became local work: _local_ops)
+        pgs = tuple(sorted({g.name: g for g in groups[r].values() if len(g.ranks) > 1}.values(), key=lambda g: g.name))
         meta = RankMeta(rank=r, source=str(path), format=FORMAT, world_size=lay.world, rank_source="column",
                         process_groups=pgs, warnings=tuple([note, *warnings]) if i == 0 else ())
         traces.append(RankTrace(meta=meta, gpu=by_rank[r], cpu=empty(CPU_SCHEMA), comm_calls=empty(COMM_CALL_SCHEMA),
@@ -105,6 +106,17 @@ def _coords(path: Path, table: Table, lay: lay_mod.Layout) -> tuple[pl.DataFrame
     if twice.height:
         raise TraceError(path, f"rank {twice['rank'][0]} has more than one (dp_rank, stage)", "fix the table")
     return df, []
+
+
+def _local_ops(df: pl.DataFrame, lay: lay_mod.Layout) -> pl.DataFrame:
+    """A collective on a group of one rank (the layernorm all-reduce without tensor parallelism, the embedding
+    all-reduce without a pipeline) moves nothing and waits for nobody: other work, not communication."""
+    sizes = {"dp": lay.dp, "pp": lay.pp, "emb": min(lay.pp, 2), "mp": lay.mp, "world": lay.world}
+    alone = [t for t, g in op_rules().select("optype", "group").rows() if g and sizes[g] == 1]
+    if not alone:
+        return df
+    return df.with_columns(pl.when(pl.col("optype").is_in(alone)).then(pl.lit(UNKNOWN_KIND))
+                           .otherwise(pl.col("kind")).alias("kind"))
 
 
 def _relaid(df: pl.DataFrame) -> pl.DataFrame:
