@@ -49,6 +49,7 @@ class LoadOptions:
     cache: bool = True
     progress: Callable[[str], None] | None = None
     scheduler: str | None = None  # Dask scheduler address: parse ranks on that cluster
+    layout: str | None = None  # --layout: op tables take their parallel sizes from it (ingest/optable_layout.py)
 
 
 CPU_KEPT = ("runtime", "annotation")  # cpu kinds anything after loading reads
@@ -222,7 +223,7 @@ def _read_all(files: list[TraceFile], options: LoadOptions) -> list[list[RankTra
 
     jobs = options.jobs or os.cpu_count() or 1
     opts = [ReadOptions(rank_hint=tf.rank_hint, rank_map=dict(options.rank_map or {}),
-                        step_marker=options.step_marker) for tf in files]
+                        step_marker=options.step_marker, layout=options.layout) for tf in files]
     with rank_progress(len(files)) as bar:
         def done(name: str) -> None:
             bar(name)

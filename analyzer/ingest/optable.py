@@ -72,7 +72,7 @@ def _layout(path: Path, table: Table, opts: ReadOptions) -> lay_mod.Layout:
         return lay_mod.parse_layout_text(opts.layout)
     meta = lay_mod.meta_path(path)
     if meta is not None:
-        return lay_mod.read_meta(meta)
+        return lay_mod.read_meta(meta, path)
     df = table.df
     if "dp_rank" in df.columns and "stage" in df.columns:
         got = lay_mod.infer(df.select("rank", "dp_rank", "stage").unique().rows())
@@ -166,6 +166,11 @@ def _collectives(df: pl.DataFrame, groups: dict[int, dict[str, lay_mod.ProcessGr
                                       "group_ranks": pl.Utf8, "group_size": pl.Int32}, orient="row")
     comm = comm.join(gtab, on=["rank", "group"], how="left")
     warnings: list[str] = []
+    stray = comm.filter(pl.col("pg").is_null())
+    if stray.height:
+        kinds = ", ".join(sorted(stray["optype"].unique().to_list()))
+        warnings.append(f"{stray.height} communication ops ran on ranks outside their group ({kinds} on a middle "
+                        "stage): kept, unmatched")
     # the peer of a send/recv: the adjacent stage of the same dp rank and tp/cp index; with virtual stages the
     # pipeline wraps around (the last stage sends its chunk's output to the first)
     peer_stage = pl.col("stage") + pl.col("peer_delta")

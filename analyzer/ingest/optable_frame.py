@@ -71,7 +71,7 @@ def _load(path: Path) -> pl.DataFrame:
         if kind == "parquet":
             return pl.read_parquet(path)
         if kind == "arrow":
-            return pl.read_ipc(path, memory_map=False)
+            return pl.read_ipc(path)
         if kind == "arrow-stream":
             return pl.read_ipc_stream(path)
         if kind == "csv":

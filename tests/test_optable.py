@@ -1,0 +1,163 @@
+"""Op-table reader on generated jobs whose every op is known (sample_traces/optable_gen.py): times to the
+nanosecond, kinds, groups, collectives matched across ranks, send/recv pairs, steps; every file format and
+dialect gives the same tables."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from analyzer import match
+from analyzer.loader import LoadOptions, load
+from sample_traces.optable_gen import Job, simulate, write
+
+JOB = Job(dp=2, pp=4, microbatches=6, steps=3, schedule="1f1b", slow_worker=(1, 2, 1.5))
+
+
+def _load(path: Path):
+    return load([path], LoadOptions(jobs=1, cache=False))
+
+
+@pytest.fixture(scope="module")
+def gen(tmp_path_factory):
+    out = tmp_path_factory.mktemp("optable")
+    return _load(write(JOB, out)), simulate(JOB)
+
+
+def _truth_rows(job: Job, truth) -> pl.DataFrame:
+    """Every op of every step on the reader's clock: steps back to back, each from its first op's start."""
+    rows = [(r, op.optype, op.seq, op.start, op.end, op.data_mb if op.partner else op.mb)
+            for r, ops in truth.ops.items() for op in ops]
+    one = pl.DataFrame(rows, schema={"rank": pl.Int32, "name": pl.Utf8, "op_seq": pl.Int32, "t0": pl.Int64,
+                                     "t1": pl.Int64, "mb": pl.Int32}, orient="row")
+    first = int(one["t0"].min())
+    span = int(one["t1"].max()) - first
+    steps = pl.DataFrame({"step": [job.first_step + k for k in range(job.steps)],
+                          "off": [k * span - first for k in range(job.steps)]}, schema={"step": pl.Int64, "off": pl.Int64})
+    return one.join(steps, how="cross").with_columns(
+        (pl.col("t0") + pl.col("off")).alias("start_ns"), (pl.col("t1") + pl.col("off")).alias("end_ns"))
+
+
+def test_every_op_at_its_true_nanosecond(gen) -> None:
+    ts, truth = gen
+    want = _truth_rows(JOB, truth)
+    assert ts.gpu.height == want.height == JOB.steps * sum(len(v) for v in truth.ops.values())
+    # every true op has its row at its true start (the key is unique), ending at its true end
+    both = ts.gpu.join(want, on=["rank", "name", "op_seq", "start_ns"], how="inner")
+    assert both.height == want.height
+    assert (both["end_ns"] == both["end_ns_right"]).all()
+    compute = both.filter(pl.col("name").is_in(["forward-compute", "backward-compute"]))
+    assert (compute["micro_batch"] == compute["mb"]).all()
+
+
+def test_kinds_and_streams(gen) -> None:
+    ts, _ = gen
+    kinds = dict(ts.gpu.group_by("name").agg(pl.col("kind").unique()).rows())
+    assert kinds == {
+        "forward-compute": ["compute"], "backward-compute": ["compute"], "optimizer": ["compute"], "gc": ["other"],
+        # tp = 1: the layernorm all-reduce runs on a group of one rank, local work
+        "layernorm-grads-all-reduce": ["other"],
+        **{k: ["comm"] for k in ("params-all-gather", "grads-reduce-scatter", "embedding-grads-all-reduce",
+                                 "optimizer-clip-main-grad", "forward-send", "forward-recv", "backward-send",
+                                 "backward-recv")},
+    }
+    # each p2p op type on a stream of its own (a batched send+recv is two operations at one time)
+    streams = ts.gpu.group_by("name").agg(pl.col("stream").unique())
+    p2p = streams.filter(pl.col("name").str.contains("send|recv"))
+    assert sorted(s[0] for s in p2p["stream"].to_list()) == [1, 2, 3, 4]
+
+
+def test_groups_from_the_layout(gen) -> None:
+    ts, _ = gen
+    # dp 2 x pp 4, Megatron order: rank = dp_rank + 2 * stage
+    c = ts.collectives.select("rank", "name", "pg", "group_ranks", "group_size", "op").unique(
+        ["rank", "name"]).sort("rank", "name")
+    for r, name, _pg, members, size, op in c.rows():
+        d, s = r % 2, r // 2
+        want = {
+            "params-all-gather": ([s * 2, s * 2 + 1], "all_gather"),
+            "grads-reduce-scatter": ([s * 2, s * 2 + 1], "reduce_scatter"),
+            "embedding-grads-all-reduce": ([d, d + 6], "all_reduce"),
+            "optimizer-clip-main-grad": (list(range(8)), "all_reduce"),
+        }.get(name, ([d, d + 2, d + 4, d + 6], "send" if name.endswith("send") else "recv"))
+        assert [int(x) for x in members.split(",")] == want[0], (r, name)
+        assert size == len(want[0]) and op == want[1]
+    assert {m.rank: len(m.process_groups) for m in ts.ranks} == {r: 4 if r // 2 in (0, 3) else 3 for r in range(8)}
+
+
+def test_collectives_match_across_ranks_by_type_step_and_seq(gen) -> None:
+    ts, _ = gen
+    inst = match.instances(ts.collectives)
+    coll = inst.filter(~pl.col("op").is_in(["send", "recv"]))
+    assert coll["instance"].null_count() == 0
+    per = coll.group_by("instance").agg(pl.col("name").n_unique().alias("types"), pl.col("step").n_unique().alias("steps"),
+                                        pl.len(), pl.col("group_size").first())
+    assert (per["types"] == 1).all() and (per["steps"] == 1).all() and (per["len"] == per["group_size"]).all()
+    # per step: an all-gather and a reduce-scatter per stage, an embedding all-reduce per dp rank, one clip
+    assert per.height == JOB.steps * (4 + 4 + 2 + 1)
+    # seq: the ordinal within the group, the same on every member for one instance
+    assert (coll.group_by("instance").agg(pl.col("seq").n_unique())["seq"] == 1).all()
+
+
+def test_send_recv_pairs_are_the_true_partners(gen) -> None:
+    ts, truth = gen
+    want = _truth_rows(JOB, truth).select("rank", "name", "start_ns", "mb")
+    inst = match.instances(ts.collectives).filter(pl.col("op").is_in(["send", "recv"]))
+    assert inst["instance"].null_count() == 0
+    pairs = inst.join(want, on=["rank", "name", "start_ns"]).group_by("instance").agg(
+        pl.col("op").sort(), pl.col("name").sort(), pl.col("mb").n_unique().alias("mbs"), pl.col("rank").sort(),
+        pl.col("peer").sort())
+    assert pairs.height == inst.height // 2
+    assert all(ops == ["recv", "send"] for ops in pairs["op"].to_list())
+    assert all(a.split("-")[0] == b.split("-")[0] for a, b in pairs["name"].to_list())  # forward with forward
+    assert (pairs["mbs"] == 1).all()  # the recv got the micro-batch its sender sent
+    # adjacent stages of one dp rank, each naming the other as its peer
+    assert all(abs(a - b) == 2 and p == [a, b] for (a, b), p in zip(pairs["rank"].to_list(), pairs["peer"].to_list()))
+
+
+def test_steps_span_the_same_window_on_every_rank(gen) -> None:
+    ts, truth = gen
+    assert ts.steps.height == 8 * JOB.steps
+    win = ts.steps.group_by("step").agg(pl.col("start_ns").n_unique().alias("a"), pl.col("end_ns").n_unique().alias("b"),
+                                        (pl.col("end_ns") - pl.col("start_ns")).first().alias("span"))
+    assert (win["a"] == 1).all() and (win["b"] == 1).all()
+    assert win["span"].to_list() == [truth.step_ns[s] for s in win["step"].to_list()]
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+def test_replay_reproduces_the_generated_steps(tmp_path: Path, schedule: str) -> None:
+    from analyzer.analysis import analyze
+
+    job = Job(dp=2, pp=3, microbatches=4, steps=2, schedule=schedule, slow_stage=(2, 1.4))
+    a = analyze(_load(write(job, tmp_path)))
+    truth = simulate(job)
+    assert a.whatif.measured_step_time_ns == pytest.approx(next(iter(truth.step_ns.values())))
+    assert abs(a.whatif.replay_error_pct) < 0.5
+
+
+FORMATS = [("whatif", "parquet"), ("whatif", "arrow"), ("whatif", "csv"), ("canonical", "parquet"),
+           ("canonical", "csv")]
+
+
+def test_formats_and_dialects_give_identical_tables(tmp_path: Path) -> None:
+    job = Job(dp=2, pp=2, microbatches=3, steps=2, slow_worker=(0, 1, 1.3))
+    sets = [_load(write(job, tmp_path / f"{d}-{f}", dialect=d, fmt=f)) for d, f in FORMATS]
+    base = sets[0]
+    for ts in sets[1:]:
+        assert ts.gpu.equals(base.gpu)
+        assert ts.collectives.equals(base.collectives)
+        assert ts.steps.equals(base.steps)
+        assert [m.process_groups for m in ts.ranks] == [m.process_groups for m in base.ranks]
+
+
+def test_layout_inferred_without_a_meta_file(tmp_path: Path) -> None:
+    job = Job(dp=2, pp=2, tp=4, microbatches=2, steps=2)
+    path = write(job, tmp_path)
+    with_meta = _load(path)
+    (tmp_path / "meta-gen.yaml").unlink()
+    inferred = _load(path)
+    assert with_meta.world_size == inferred.world_size == 16
+    assert inferred.collectives.equals(with_meta.collectives)
+    assert any("tp=4,cp=1,dp=2,pp=2" in w and "sizes from the rank numbers" in w for w in inferred.warnings)
