@@ -124,3 +124,13 @@ def test_folder_skips_parquet_that_is_no_op_table(tmp_path: Path) -> None:
     assert res.returncode == 0, res.stderr
     doc = json.loads(res.stdout)
     assert doc["source"]["format"] == "optable" and doc["source"]["skipped"] == []
+
+
+def test_missing_send_is_counted(tmp_path: Path) -> None:
+    path, df = _table(tmp_path)
+    i = pl.int_range(pl.len())
+    first_send = df.with_row_index().filter((pl.col("optype") == "forward-send") & (pl.col("step") == JOB.first_step))
+    drop = int(first_send["index"][0])
+    df.filter(i != drop).write_parquet(path)
+    w = [x for x in _warnings(path) if "unequal numbers of sends and recvs" in x]
+    assert len(w) == 1 and w[0].startswith("1 (step, sender, receiver) channels") and "1 sends, 2 recvs" in w[0]

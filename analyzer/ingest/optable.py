@@ -189,7 +189,7 @@ def _collectives(df: pl.DataFrame, groups: dict[int, dict[str, lay_mod.ProcessGr
         pl.int_range(pl.len(), dtype=pl.Int64).over("rank", "pg").alias("seq"),
         pl.lit(True).alias("has_meta"), pl.col("optype").alias("name"),
     )
-    warnings += _order_warnings(comm)
+    warnings += _order_warnings(comm) + _pair_warnings(comm)
     return conform(comm, COLLECTIVE_SCHEMA), warnings
 
 
@@ -204,6 +204,24 @@ def _order_warnings(comm: pl.DataFrame) -> list[str]:
         return []
     return [f"{bad.height} collective instances mix op types across ranks at the same ordinal of their group "
             "(ranks ran their group's collectives in different orders): their matches are unreliable"]
+
+
+def _pair_warnings(comm: pl.DataFrame) -> list[str]:
+    """Sends and recvs pair by their ordinal per (step, direction); where a step's sends from one rank to
+    another and that peer's recvs from it differ in number, the ordinals after the gap pair the wrong ops."""
+    p2p = comm.filter(pl.col("peer").is_not_null())
+    if p2p.height == 0:
+        return []
+    send = pl.col("op") == "send"
+    src = pl.when(send).then(pl.col("rank")).otherwise(pl.col("peer")).alias("_src")
+    dst = pl.when(send).then(pl.col("peer")).otherwise(pl.col("rank")).alias("_dst")
+    n = p2p.group_by("step", src, dst).agg(send.sum().alias("_s"), (~send).sum().alias("_r"))
+    bad = n.filter(pl.col("_s") != pl.col("_r"))
+    if bad.height == 0:
+        return []
+    step, a, b, ns, nr = bad.sort("step", "_src", "_dst").row(0)
+    return [f"{bad.height} (step, sender, receiver) channels have unequal numbers of sends and recvs (first: step "
+            f"{step}, rank {a} -> {b}: {ns} sends, {nr} recvs): pairs after the first missing op are unreliable"]
 
 
 __all__ = ["FORMAT", "read", "STREAM_COMPUTE"]
