@@ -161,3 +161,31 @@ def test_layout_inferred_without_a_meta_file(tmp_path: Path) -> None:
     assert with_meta.world_size == inferred.world_size == 16
     assert inferred.collectives.equals(with_meta.collectives)
     assert any("tp=4,cp=1,dp=2,pp=2" in w and "sizes from the rank numbers" in w for w in inferred.warnings)
+
+
+def test_profiler_noops_are_other_work_and_pairs_stay_true(tmp_path: Path) -> None:
+    """The artifact's profiler records send/recv ops that launched nothing: a recv after the step's last forward
+    started, a send before its first forward ended, a first stage's forward-recv. They must not shift the pairs."""
+    path = write(JOB, tmp_path)
+    df = pl.read_parquet(path)
+    step = JOB.first_step
+    row = df.filter((pl.col("step") == step) & (pl.col("rank") == 2) & (pl.col("optype") == "forward-recv")).head(1)
+    last = df.filter((pl.col("step") == step) & (pl.col("rank") == 2) & (pl.col("optype") == "forward-compute"))
+    extra = pl.concat([
+        row.with_columns(pl.lit(float(last["start_ts"].max()) + 0.001).alias("start_ts"), pl.lit(99).alias("seq_id")),
+        row.with_columns(pl.lit(0).cast(pl.Int64).alias("rank"), pl.lit(0).cast(pl.Int64).alias("stage"),
+                         pl.lit("forward-send").alias("optype"), pl.lit(0.0).alias("start_ts"), pl.lit(98).alias("seq_id")),
+        row.with_columns(pl.lit(0).cast(pl.Int64).alias("rank"), pl.lit(0).cast(pl.Int64).alias("stage"),
+                         pl.lit(0.02).alias("start_ts"), pl.lit(97).alias("seq_id")),
+    ])
+    pl.concat([df, extra.select(df.columns).cast(df.schema)]).write_parquet(path)
+    ts = _load(path)
+    w = " | ".join(ts.warnings)
+    assert "2 send/recv ops recorded outside the computes they serve" in w
+    assert "1 send/recv ops have no peer stage" in w
+    noops = ts.gpu.filter(pl.col("op_seq") >= 97)
+    assert noops.height == 3 and (noops["kind"] == "other").all()
+    assert ts.collectives.filter(pl.col("name").str.contains("send|recv")).height == \
+        JOB.steps * sum(1 for ops in simulate(JOB).ops.values() for op in ops if op.partner)
+    inst = match.instances(ts.collectives).filter(pl.col("op").is_in(["send", "recv"]))
+    assert inst["instance"].null_count() == 0 and not any("unequal" in x for x in ts.warnings)

@@ -30,6 +30,7 @@ from ..model import (
     empty,
 )
 from . import optable_layout as lay_mod
+from . import optable_p2p
 from .optable_frame import Table, read_table
 from .optable_ops import STREAM_COMPUTE, UNKNOWN_KIND, op_rules
 from .options import ReadOptions
@@ -40,11 +41,11 @@ FORMAT = "optable"
 def read(path: Path, opts: ReadOptions) -> list[RankTrace]:
     table = read_table(path)
     lay = _layout(path, table, opts)
-    df, warnings = _coords(path, table, lay)
-    df = _relaid(_local_ops(df, lay))
+    df = _coords(path, table, lay)
+    df, warnings = optable_p2p.mark_noops(_relaid(_local_ops(df, lay)), lay)
+    warnings = table.warnings + warnings
     ranks = df.select("rank", "dp_rank", "stage").unique().sort("rank").rows()
     groups = {r: lay_mod.groups_of(lay, r, d, s) for r, d, s in ranks}
-    warnings += table.warnings
     gpu = _gpu(df)
     coll, coll_warnings = _collectives(df, groups, lay)
     warnings += coll_warnings
@@ -84,7 +85,7 @@ def _layout(path: Path, table: Table, opts: ReadOptions) -> lay_mod.Layout:
     return lay_mod.Layout(dp=int(df["rank"].max()) + 1, source="no dp_rank/stage columns: pure data parallel")
 
 
-def _coords(path: Path, table: Table, lay: lay_mod.Layout) -> tuple[pl.DataFrame, list[str]]:
+def _coords(path: Path, table: Table, lay: lay_mod.Layout) -> pl.DataFrame:
     """dp_rank and stage of every row (from the layout where the table has none), checked against the layout."""
     df = table.df
     base = pl.col("rank") // lay.mp
@@ -105,7 +106,7 @@ def _coords(path: Path, table: Table, lay: lay_mod.Layout) -> tuple[pl.DataFrame
     twice = ranks.group_by("rank").len().filter(pl.col("len") > 1)
     if twice.height:
         raise TraceError(path, f"rank {twice['rank'][0]} has more than one (dp_rank, stage)", "fix the table")
-    return df, []
+    return df
 
 
 def _local_ops(df: pl.DataFrame, lay: lay_mod.Layout) -> pl.DataFrame:
@@ -171,25 +172,12 @@ def _collectives(df: pl.DataFrame, groups: dict[int, dict[str, lay_mod.ProcessGr
         kinds = ", ".join(sorted(stray["optype"].unique().to_list()))
         warnings.append(f"{stray.height} communication ops ran on ranks outside their group ({kinds} on a middle "
                         "stage): kept, unmatched")
-    # the peer of a send/recv: the adjacent stage of the same dp rank and tp/cp index; with virtual stages the
-    # pipeline wraps around (the last stage sends its chunk's output to the first)
-    peer_stage = pl.col("stage") + pl.col("peer_delta")
-    if lay.vpp > 1:
-        peer_stage = peer_stage % lay.pp
-    mp_index = pl.col("rank") - lay.mp * (pl.col("dp_rank") + lay.dp * pl.col("stage"))
-    peer = mp_index + lay.mp * (pl.col("dp_rank") + lay.dp * peer_stage)
-    valid = (peer_stage >= 0) & (peer_stage < lay.pp)
-    comm = comm.with_columns(
-        pl.when(pl.col("peer_delta").is_not_null() & valid).then(peer).otherwise(None).cast(pl.Int32).alias("peer"))
-    no_peer = comm.filter(pl.col("peer_delta").is_not_null() & pl.col("peer").is_null())
-    if no_peer.height:
-        warnings.append(f"{no_peer.height} send/recv ops have no peer stage (a first stage's forward-recv or a last "
-                        "stage's forward-send: a profiler no-op); kept as unmatched communication")
+    comm = optable_p2p.peers(comm, lay)
     comm = comm.sort("rank", "start_ns", "stream").with_columns(
         pl.int_range(pl.len(), dtype=pl.Int64).over("rank", "pg").alias("seq"),
         pl.lit(True).alias("has_meta"), pl.col("optype").alias("name"),
     )
-    warnings += _order_warnings(comm) + _pair_warnings(comm)
+    warnings += _order_warnings(comm) + optable_p2p.pair_warnings(comm)
     return conform(comm, COLLECTIVE_SCHEMA), warnings
 
 
@@ -204,24 +192,6 @@ def _order_warnings(comm: pl.DataFrame) -> list[str]:
         return []
     return [f"{bad.height} collective instances mix op types across ranks at the same ordinal of their group "
             "(ranks ran their group's collectives in different orders): their matches are unreliable"]
-
-
-def _pair_warnings(comm: pl.DataFrame) -> list[str]:
-    """Sends and recvs pair by their ordinal per (step, direction); where a step's sends from one rank to
-    another and that peer's recvs from it differ in number, the ordinals after the gap pair the wrong ops."""
-    p2p = comm.filter(pl.col("peer").is_not_null())
-    if p2p.height == 0:
-        return []
-    send = pl.col("op") == "send"
-    src = pl.when(send).then(pl.col("rank")).otherwise(pl.col("peer")).alias("_src")
-    dst = pl.when(send).then(pl.col("peer")).otherwise(pl.col("rank")).alias("_dst")
-    n = p2p.group_by("step", src, dst).agg(send.sum().alias("_s"), (~send).sum().alias("_r"))
-    bad = n.filter(pl.col("_s") != pl.col("_r"))
-    if bad.height == 0:
-        return []
-    step, a, b, ns, nr = bad.sort("step", "_src", "_dst").row(0)
-    return [f"{bad.height} (step, sender, receiver) channels have unequal numbers of sends and recvs (first: step "
-            f"{step}, rank {a} -> {b}: {ns} sends, {nr} recvs): pairs after the first missing op are unreliable"]
 
 
 __all__ = ["FORMAT", "read", "STREAM_COMPUTE"]
