@@ -35,7 +35,9 @@ class Job:
     tp: int = 1
     microbatches: int = 4
     steps: int = 3
-    schedule: str = "1f1b"  # or "gpipe"
+    schedule: str = "1f1b"  # or "gpipe"; with vpp > 1 always interleaved GPipe (chunk by chunk)
+    vpp: int = 1  # virtual stages (model chunks) per stage
+    record_noops: bool = False  # also record the send/recv a profiler logs where nothing moves (vpp > 1)
     slow_worker: tuple[int, int, float] | None = None  # (dp_rank, stage, factor)
     slow_stage: tuple[int, float] | None = None  # (stage, factor)
     first_step: int = 10
@@ -137,15 +139,52 @@ def _pipeline(job: Job, d: int, s: int) -> list[Op]:
     return out
 
 
+def _pipeline_vpp(job: Job, d: int, s: int) -> list[Op]:
+    """Interleaved GPipe: stage s holds model chunks (virtual stages) gmc = c * pp + s; every micro-batch goes
+    forward through chunk 0 of every stage, then chunk 1 (the last stage's output wraps to stage 0), and back.
+    A send or recv pairs with the op carrying the same (direction, sending chunk, micro-batch). With
+    ``record_noops`` the first chunk's forward-recv, the last chunk's forward-send and their backward twins are
+    recorded too, moving nothing (the What-if artifact's profiler does). Rendezvous is safe for m < pp."""
+    m, pp, total = job.microbatches, job.pp, job.pp * job.vpp
+    f = job.factor(d, s)
+    nxt, prv = job.rank(d, (s + 1) % pp), job.rank(d, (s - 1) % pp)
+
+    def p2p(kind: str, g_src: int, mb: int, peer: int, g_peer: int) -> Op:
+        if not 0 <= g_peer < total:  # no such chunk: a no-op the profiler may log
+            return Op(kind, 1_000, mb=-1, data_mb=mb)
+        return Op(kind, P2P_NS, key=("v", d, kind.split("-")[0], g_src, mb), data_mb=mb,
+                  partner=(peer, _PEER[kind], mb))
+
+    out: list[Op] = []
+    for c in range(job.vpp):
+        g = c * pp + s
+        for i in range(m):
+            if g > 0 or job.record_noops:
+                out.append(p2p("forward-recv", g - 1, i, prv, g - 1))
+            out.append(Op("forward-compute", round(FWD_NS * f), mb=i, mc=c, gmc=g))
+            if g < total - 1 or job.record_noops:
+                out.append(p2p("forward-send", g, i, nxt, g + 1))
+    for c in reversed(range(job.vpp)):
+        g = c * pp + s
+        for i in range(m):
+            if g < total - 1 or job.record_noops:
+                out.append(p2p("backward-recv", g + 1, i, nxt, g + 1))
+            out.append(Op("backward-compute", round(BWD_NS * f), mb=i, mc=c, gmc=g))
+            if g > 0 or job.record_noops:
+                out.append(p2p("backward-send", g, i, prv, g - 1))
+    return [op for op in out if op.key or op.optype.endswith("compute") or job.record_noops]
+
+
 def program(job: Job, d: int, s: int) -> list[Op]:
     last = job.pp - 1
-    ops = [Op("params-all-gather", AG_NS, key=("ag", s), mc=0)]
-    ops += _pipeline(job, d, s)
+    chunks = range(job.vpp)
+    ops = [Op("params-all-gather", AG_NS, key=("ag", s, c), mc=c) for c in chunks]
+    ops += _pipeline(job, d, s) if job.vpp == 1 else _pipeline_vpp(job, d, s)
     ops.append(Op("gc", 0, mb=0))
     ops.append(Op("layernorm-grads-all-reduce", AR_NS, key=("ln", d, s)))
     if s in (0, last):
         ops.append(Op("embedding-grads-all-reduce", AR_NS, key=("emb", d)))
-    ops.append(Op("grads-reduce-scatter", RS_NS, key=("rs", s), mc=0))
+    ops += [Op("grads-reduce-scatter", RS_NS, key=("rs", s, c), mc=c) for c in reversed(chunks)]
     ops.append(Op("optimizer-clip-main-grad", AR_NS, key=("clip",)))
     ops.append(Op("optimizer", round(OPT_NS * job.factor(d, s))))
     seen: dict[str, int] = {}
@@ -237,10 +276,10 @@ def write(job: Job, out: Path, name: str = "gen", dialect: str = "whatif", fmt: 
     {"parquet": df.write_parquet, "arrow": df.write_ipc, "csv": df.write_csv}[fmt](path)
     (out / f"meta-{name}.yaml").write_text(
         f"trial_name: {name}\nrun_id: 0\ndp_size: {job.dp}\ndsp_size: 1\npp_size: {job.pp}\ntp_size: {job.tp}\n"
-        f"vpp_size: 1\nworld_size: {job.dp * job.pp * job.tp}\n")
+        f"vpp_size: {job.vpp}\nworld_size: {job.dp * job.pp * job.tp}\n")
     (out / f"truth-{name}.json").write_text(json.dumps({
-        "job": {"dp": job.dp, "pp": job.pp, "tp": job.tp, "microbatches": job.microbatches,
-                "schedule": job.schedule},
+        "job": {"dp": job.dp, "pp": job.pp, "tp": job.tp, "vpp": job.vpp, "microbatches": job.microbatches,
+                "schedule": job.schedule if job.vpp == 1 else "interleaved-gpipe"},
         "slow_worker": list(job.slow_worker) if job.slow_worker else None,
         "slow_stage": list(job.slow_stage) if job.slow_stage else None,
         "step_time_ns": {str(k): v for k, v in truth.step_ns.items()},
@@ -258,6 +297,8 @@ def main() -> None:
     ap.add_argument("--microbatches", type=int, default=4)
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--schedule", choices=("1f1b", "gpipe"), default="1f1b")
+    ap.add_argument("--vpp", type=int, default=1, help="virtual stages per stage (interleaved GPipe; m < pp)")
+    ap.add_argument("--record-noops", action="store_true", help="also log the send/recv that move nothing")
     ap.add_argument("--slow-worker", metavar="DP:STAGE:FACTOR")
     ap.add_argument("--slow-stage", metavar="STAGE:FACTOR")
     ap.add_argument("--dialect", choices=("whatif", "canonical"), default="whatif")
@@ -266,6 +307,7 @@ def main() -> None:
     sw = a.slow_worker.split(":") if a.slow_worker else None
     ss = a.slow_stage.split(":") if a.slow_stage else None
     job = Job(dp=a.dp, pp=a.pp, tp=a.tp, microbatches=a.microbatches, steps=a.steps, schedule=a.schedule,
+              vpp=a.vpp, record_noops=a.record_noops,
               slow_worker=(int(sw[0]), int(sw[1]), float(sw[2])) if sw else None,
               slow_stage=(int(ss[0]), float(ss[1])) if ss else None)
     print(write(job, a.out, a.name, a.dialect, a.format))

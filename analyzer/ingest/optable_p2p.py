@@ -42,8 +42,10 @@ def mark_noops(df: pl.DataFrame, lay: Layout) -> tuple[pl.DataFrame, list[str]]:
     late = recv & (pl.col("start_ns") > pl.col("_last_start") + NOOP_SLACK_NS)
     early = ~recv & (pl.col("end_ns") < pl.col("_first_end") - NOOP_SLACK_NS)
     stage = _peer_stage(lay)
-    flags = p2p.select("rank", "start_ns", "optype", (late | early).fill_null(True).alias("_idle"),
-                       ((stage < 0) | (stage >= lay.pp)).alias("_nopeer"))
+    flags = p2p.select("rank", "step", "start_ns", "optype", "_dir", "peer_delta",
+                       (late | early).fill_null(True).alias("_idle"), ((stage < 0) | (stage >= lay.pp)).alias("_nopeer"))
+    if lay.vpp > 1:
+        flags = _chunk_noops(df, flags, lay)
     bad = flags.filter(pl.col("_idle") | pl.col("_nopeer"))
     if bad.height == 0:
         return df, []
@@ -54,12 +56,39 @@ def mark_noops(df: pl.DataFrame, lay: Layout) -> tuple[pl.DataFrame, list[str]]:
                         "compute of its direction started, a send before the first ended: profiler no-ops) "
                         "count as other work")
     if n_nopeer:
-        warnings.append(f"{n_nopeer} send/recv ops have no peer stage (a first stage's forward-recv or a last "
-                        "stage's forward-send without virtual stages: profiler no-ops) count as other work")
+        warnings.append(f"{n_nopeer} send/recv ops have no peer (the model's first chunk's forward-recv, its last "
+                        "chunk's forward-send, or their backward twins: profiler no-ops) count as other work")
     df = df.join(bad.select("rank", "start_ns", "optype", pl.lit(True).alias("_noop")),
                  on=["rank", "start_ns", "optype"], how="left")
     return df.with_columns(pl.when(pl.col("_noop")).then(pl.lit(UNKNOWN_KIND)).otherwise(pl.col("kind"))
                            .alias("kind")).drop("_noop"), warnings
+
+
+def _chunk_noops(df: pl.DataFrame, flags: pl.DataFrame, lay: Layout) -> pl.DataFrame:
+    """With virtual stages, the artifact's "type 2" no-ops: the k-th send/recv of a direction (the no-ops of
+    type 1 left out) serves the k-th compute of that direction on the rank in the step (a recv list one short
+    serves from the second: a first stage may not log its first forward-recv); it has no peer when that
+    compute's model chunk is the model's first (forward-recv, backward-send) or last (forward-send,
+    backward-recv)."""
+    direction = pl.col("optype").str.split("-").list.first()
+    comp = df.filter(pl.col("optype").is_in(["forward-compute", "backward-compute"])).sort("start_ns").select(
+        "rank", "step", direction.alias("_dir"), "gmc").with_columns(
+        pl.int_range(pl.len()).over("rank", "step", "_dir").alias("_k"),
+        pl.len().over("rank", "step", "_dir").alias("_nc"))
+    live = flags.filter(~pl.col("_idle")).sort("start_ns").with_columns(
+        pl.int_range(pl.len()).over("rank", "step", "optype").alias("_k"),
+        pl.len().over("rank", "step", "optype").alias("_n"))
+    n_comp = comp.group_by("rank", "step", "_dir").agg(pl.len().alias("_nc"))
+    live = live.join(n_comp, on=["rank", "step", "_dir"], how="left").with_columns(
+        (pl.col("_k") + (pl.col("optype").str.ends_with("recv") & (pl.col("_n") + 1 == pl.col("_nc")))
+         .cast(pl.Int64)).alias("_k"))
+    live = live.drop("_nc").join(comp.drop("_nc"), on=["rank", "step", "_dir", "_k"], how="left")
+    peer_g = pl.col("gmc") + pl.col("peer_delta")
+    total = lay.pp * lay.vpp
+    live = live.select("rank", "start_ns", "optype", (pl.col("gmc").is_null() | (peer_g < 0) | (peer_g >= total))
+                       .alias("_chunkless"))
+    return flags.join(live, on=["rank", "start_ns", "optype"], how="left").with_columns(
+        pl.col("_chunkless").fill_null(False).alias("_nopeer")).drop("_chunkless")
 
 
 def peers(comm: pl.DataFrame, lay: Layout) -> pl.DataFrame:
