@@ -56,14 +56,15 @@ def read(path: Path, opts: ReadOptions) -> list[RankTrace]:
     steps_by = {k[0]: v for k, v in steps.partition_by("rank", as_dict=True).items()}
     note = (f"{path.name}: op table of {len(ranks)} recorded ranks of {lay.world} ({lay.text()}, "
             f"sizes from {lay.source})")
+    no_cpu, no_calls, no_steps, no_coll = (empty(CPU_SCHEMA), empty(COMM_CALL_SCHEMA), empty(STEP_SCHEMA),
+                                           empty(COLLECTIVE_SCHEMA))  # shared by every rank (never mutated)
     for i, (r, _, _) in enumerate(ranks):
         # a group of one rank carries no communication (its ops became local work: _local_ops)
         pgs = tuple(sorted({g.name: g for g in groups[r].values() if len(g.ranks) > 1}.values(), key=lambda g: g.name))
         meta = RankMeta(rank=r, source=str(path), format=FORMAT, world_size=lay.world, rank_source="column",
                         process_groups=pgs, warnings=tuple([note, *warnings]) if i == 0 else ())
-        traces.append(RankTrace(meta=meta, gpu=by_rank[r], cpu=empty(CPU_SCHEMA), comm_calls=empty(COMM_CALL_SCHEMA),
-                                steps=steps_by.get(r, empty(STEP_SCHEMA)), steps_on_gpu=True,
-                                collectives=coll_by.get(r, empty(COLLECTIVE_SCHEMA))))
+        traces.append(RankTrace(meta=meta, gpu=by_rank[r], cpu=no_cpu, comm_calls=no_calls,
+                                steps=steps_by.get(r, no_steps), steps_on_gpu=True, collectives=coll_by.get(r, no_coll)))
     return traces
 
 
