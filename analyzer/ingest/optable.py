@@ -45,7 +45,7 @@ def read(path: Path, opts: ReadOptions) -> list[RankTrace]:
     df, warnings = optable_p2p.mark_noops(_relaid(_local_ops(df, lay)), lay)
     warnings = table.warnings + warnings
     ranks = df.select("rank", "dp_rank", "stage").unique().sort("rank").rows()
-    groups = {r: lay_mod.groups_of(lay, r, d, s) for r, d, s in ranks}
+    groups = lay_mod.all_groups(lay, ranks)
     gpu = _gpu(df)
     coll, coll_warnings = _collectives(df, groups, lay)
     warnings += coll_warnings
@@ -160,13 +160,14 @@ def _collectives(df: pl.DataFrame, groups: dict[int, dict[str, lay_mod.ProcessGr
                                                     on="optype", how="left")
     if comm.height == 0:
         return empty(COLLECTIVE_SCHEMA), []
-    rows = []
-    for r, gs in groups.items():
-        for kind, g in gs.items():
-            rows.append((r, kind, g.name, g.desc, ",".join(map(str, g.ranks)), len(g.ranks)))
-    gtab = pl.DataFrame(rows, schema={"rank": pl.Int32, "group": pl.Utf8, "pg": pl.Utf8, "pg_desc": pl.Utf8,
-                                      "group_ranks": pl.Utf8, "group_size": pl.Int32}, orient="row")
-    comm = comm.join(gtab, on=["rank", "group"], how="left")
+    # each distinct group spelled once; (rank, kind) rows name it and the join gathers views of its text
+    distinct = {g.name: g for gs in groups.values() for g in gs.values()}
+    spelled = pl.DataFrame([(g.name, g.desc, ",".join(map(str, g.ranks)), len(g.ranks)) for g in distinct.values()],
+                           schema={"pg": pl.Utf8, "pg_desc": pl.Utf8, "group_ranks": pl.Utf8, "group_size": pl.Int32},
+                           orient="row")
+    member = pl.DataFrame([(r, kind, g.name) for r, gs in groups.items() for kind, g in gs.items()],
+                          schema={"rank": pl.Int32, "group": pl.Utf8, "pg": pl.Utf8}, orient="row")
+    comm = comm.join(member.join(spelled, on="pg"), on=["rank", "group"], how="left")
     warnings: list[str] = []
     stray = comm.filter(pl.col("pg").is_null())
     if stray.height:

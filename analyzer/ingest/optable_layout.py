@@ -125,22 +125,33 @@ def infer(ranks: list[tuple[int, int, int]]) -> Layout | None:
     return Layout(dp=dp, pp=pp, tp=mp, source="the rank numbers (no meta file; tp x cp taken as tp)")
 
 
-def groups_of(lay: Layout, rank: int, dp_rank: int, stage: int) -> dict[str, ProcessGroup]:
-    """The groups a recorded rank's operations run on, keyed by kind (dp, pp, emb, mp, world)."""
-    mp_index = rank - lay.rank_of(0, dp_rank, stage)
-
-    def group(kind: str, members: list[int], desc: str | None = None) -> ProcessGroup:
-        members = sorted(set(members))
-        prefix, default = GROUP_KINDS.get(kind, (kind, kind))
-        return ProcessGroup(name=prefix if kind == "world" else f"{prefix}:{members[0]}", desc=desc or default,
-                            ranks=tuple(members))
-
-    out = {
-        "dp": group("dp", [lay.rank_of(mp_index, d, stage) for d in range(lay.dp)]),
-        "pp": group("pp", [lay.rank_of(mp_index, dp_rank, s) for s in range(lay.pp)]),
-        "mp": group("mp", [lay.rank_of(m, dp_rank, stage) for m in range(lay.mp)], lay.mp_desc()),
-        "world": group("world", list(range(lay.world))),
+def all_groups(lay: Layout, ranks: list[tuple[int, int, int]]) -> dict[int, dict[str, ProcessGroup]]:
+    """Per recorded (rank, dp_rank, stage): the groups its operations run on, keyed by kind (dp, pp, emb, mp,
+    world). Each distinct group is built once and shared by its members (1,024 ranks of an 8,192-rank world:
+    one world tuple, not 1,024)."""
+    members = {  # kind -> the group's members from its key
+        "dp": lambda m, stage: [lay.rank_of(m, d, stage) for d in range(lay.dp)],
+        "pp": lambda m, dp_rank: [lay.rank_of(m, dp_rank, s) for s in range(lay.pp)],
+        "emb": lambda m, dp_rank: [lay.rank_of(m, dp_rank, 0), lay.rank_of(m, dp_rank, lay.pp - 1)],
+        "mp": lambda dp_rank, stage: [lay.rank_of(x, dp_rank, stage) for x in range(lay.mp)],
+        "world": lambda: range(lay.world),
     }
-    if stage in (0, lay.pp - 1):  # the embedding group holds the first and last stage only
-        out["emb"] = group("emb", [lay.rank_of(mp_index, dp_rank, 0), lay.rank_of(mp_index, dp_rank, lay.pp - 1)])
+    built: dict[tuple, ProcessGroup] = {}
+
+    def group(kind: str, *key: int) -> ProcessGroup:
+        g = built.get((kind, *key))
+        if g is None:
+            ranks_ = tuple(sorted(set(members[kind](*key))))
+            prefix, desc = GROUP_KINDS[kind] if kind != "mp" else ("mp", lay.mp_desc())
+            g = built[(kind, *key)] = ProcessGroup(name=prefix if kind == "world" else f"{prefix}:{ranks_[0]}",
+                                                   desc=desc, ranks=ranks_)
+        return g
+
+    out: dict[int, dict[str, ProcessGroup]] = {}
+    for rank, dp_rank, stage in ranks:
+        m = rank - lay.rank_of(0, dp_rank, stage)
+        out[rank] = {"dp": group("dp", m, stage), "pp": group("pp", m, dp_rank), "mp": group("mp", dp_rank, stage),
+                     "world": group("world")}
+        if stage in (0, lay.pp - 1):  # the embedding group holds the first and last stage only
+            out[rank]["emb"] = group("emb", m, dp_rank)
     return out
