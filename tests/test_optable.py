@@ -214,3 +214,21 @@ def test_virtual_stages_pair_across_the_wrap_and_drop_chunkless_noops(tmp_path: 
     assert any(r == [0, 4] and n == ["forward-recv", "forward-send"] for r, n in pairs.select("rank", "name").rows())
     a = analyze(ts)
     assert abs(a.whatif.replay_error_pct) < 0.5
+
+
+@pytest.mark.parametrize("unit,end", [("us", False), ("us", True), ("ms", False), ("s", True)])
+def test_units_in_column_names(tmp_path: Path, unit: str, end: bool) -> None:
+    """start_<u> with dur_<u> or end_<u>: every unit gives the nanosecond table (times are whole microseconds)."""
+    job = Job(dp=2, pp=2, microbatches=2, steps=2)
+    base = _load(write(job, tmp_path / "ns", dialect="canonical"))
+    path = tmp_path / "u" / "trace-gen.parquet"
+    path.parent.mkdir()
+    df = pl.read_parquet(tmp_path / "ns" / "trace-gen.parquet")
+    div = {"us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}[unit]
+    conv = (lambda c: c // div) if unit == "us" else (lambda c: c / div)
+    second = (pl.col("start_ns") + pl.col("dur_ns")) if end else pl.col("dur_ns")
+    df.with_columns(conv(pl.col("start_ns")).alias(f"start_{unit}"),
+                    conv(second).alias(f"{'end' if end else 'dur'}_{unit}")).drop("start_ns", "dur_ns").write_parquet(path)
+    (tmp_path / "ns" / "meta-gen.yaml").rename(tmp_path / "u" / "meta-gen.yaml")
+    got = _load(path)
+    assert got.gpu.equals(base.gpu) and got.collectives.equals(base.collectives) and got.steps.equals(base.steps)
