@@ -232,3 +232,39 @@ def test_units_in_column_names(tmp_path: Path, unit: str, end: bool) -> None:
     (tmp_path / "ns" / "meta-gen.yaml").rename(tmp_path / "u" / "meta-gen.yaml")
     got = _load(path)
     assert got.gpu.equals(base.gpu) and got.collectives.equals(base.collectives) and got.steps.equals(base.steps)
+
+
+def test_one_file_per_rank_through_the_workers(tmp_path: Path, monkeypatch) -> None:
+    """Op tables split by rank (times on one running clock, sizes from --layout) read by parallel workers with
+    the cache on: the collectives table the reader built survives the trip (op tables are never cached)."""
+    monkeypatch.setenv("COMMSCOPE_CACHE_DIR", str(tmp_path / "cache"))
+    job = Job(dp=4, pp=4, microbatches=2, steps=2)  # 16 files: two to a worker task (loader._chunks)
+    truth = simulate(job)
+    df = pl.read_parquet(write(job, tmp_path / "one", dialect="canonical")).with_columns(
+        (pl.col("start_ns") + (pl.col("step") - job.first_step) * truth.step_ns[job.first_step]).alias("start_ns"))
+    whole = tmp_path / "whole" / "trace-all.parquet"
+    whole.parent.mkdir()
+    df.write_parquet(whole)
+    split = tmp_path / "split"
+    split.mkdir()
+    for (r,), part in df.partition_by("rank", as_dict=True).items():
+        part.write_parquet(split / f"ops-rank{r}.parquet")
+    lay = "dp=4,pp=4"
+    one = load([whole], LoadOptions(jobs=1, cache=False, layout=lay))
+    many = load([split], LoadOptions(jobs=2, cache=True, layout=lay))
+    assert many.rank_ids == one.rank_ids == list(range(16))
+    assert many.gpu.equals(one.gpu)
+    assert many.collectives.equals(one.collectives)
+    assert not list((tmp_path / "cache").rglob("manifest.json"))
+
+
+def test_dask_scheduler_reads_op_tables_here(tmp_path: Path, monkeypatch) -> None:
+    """--scheduler hands ranks over through the cache, which op tables skip: they are read in this process,
+    the rest of the job on the cluster."""
+    distributed = pytest.importorskip("distributed")
+    monkeypatch.setenv("COMMSCOPE_CACHE_DIR", str(tmp_path / "cache"))
+    path = write(JOB, tmp_path)
+    ref = _load(path)
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None) as c:
+        got = load([path], LoadOptions(scheduler=c.scheduler_address))
+    assert got.collectives.equals(ref.collectives) and got.gpu.equals(ref.gpu)
