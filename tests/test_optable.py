@@ -268,3 +268,17 @@ def test_dask_scheduler_reads_op_tables_here(tmp_path: Path, monkeypatch) -> Non
     with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None) as c:
         got = load([path], LoadOptions(scheduler=c.scheduler_address))
     assert got.collectives.equals(ref.collectives) and got.gpu.equals(ref.gpu)
+
+
+def test_running_clock_with_spill_keeps_its_times(tmp_path: Path) -> None:
+    """A table on one running clock whose step's last op ends after the next step began is not re-laid."""
+    job = Job(dp=2, pp=2, microbatches=2, steps=3)
+    truth = simulate(job)
+    span = truth.step_ns[job.first_step]
+    df = pl.read_parquet(write(job, tmp_path, dialect="canonical")).with_columns(
+        (pl.col("start_ns") + (pl.col("step") - job.first_step) * span).alias("start_ns"))
+    last = (pl.col("step") == job.first_step) & (pl.col("optype") == "optimizer") & (pl.col("rank") == 0)
+    df = df.with_columns(pl.when(last).then(pl.col("dur_ns") + 50_000).otherwise(pl.col("dur_ns")).alias("dur_ns"))
+    df.write_parquet(tmp_path / "trace-gen.parquet")
+    ts = _load(tmp_path / "trace-gen.parquet")
+    assert ts.gpu["start_ns"].sort().to_list() == df["start_ns"].sort().to_list()
