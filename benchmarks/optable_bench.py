@@ -41,6 +41,17 @@ STAGES = [
 ]
 
 
+def mix(path: Path) -> str:
+    """The table's op mix (the input beside its time): ops, ranks, steps, and shares of compute, p2p, collectives."""
+    import polars as pl
+
+    df = pl.read_parquet(path, columns=["rank", "step", "optype"]).with_columns(pl.col("optype").cast(pl.Utf8))
+    p2p = df["optype"].str.contains("send|recv").mean()
+    comp = df["optype"].str.contains("compute").mean()
+    return (f"{df.height / 1e3:.0f} k ops, {df['rank'].n_unique()} ranks, {df['step'].n_unique()} steps: "
+            f"{100 * comp:.0f}% fwd/bwd compute, {100 * p2p:.0f}% send/recv, {100 * (1 - comp - p2p):.0f}% other")
+
+
 def cold_rows(names: list[str], runs: int) -> None:
     from benchmarks.bench import CPU_SECONDS, measure
 
@@ -58,7 +69,7 @@ def cold_rows(names: list[str], runs: int) -> None:
         met = "met" if statistics.median(walls) <= (target or 0) else "MISSED"
         verdict = "" if target is None else f"  target <= {target:.0f} s: {met}"
         print(f"{name:3} cold  {statistics.median(walls):.2f} s ({min(walls):.2f}-{max(walls):.2f}), "
-              f"CPU {cpu:.2f} s, peak {max(peaks):.0f} MB{verdict}", flush=True)
+              f"CPU {cpu:.2f} s, peak {max(peaks):.0f} MB{verdict}  [{mix(path)}]", flush=True)
 
 
 def stage_rows(names: list[str], runs: int) -> None:
