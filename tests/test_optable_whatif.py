@@ -100,3 +100,17 @@ def test_export_dashboard_and_compare_run_on_op_tables(tmp_path: Path) -> None:
     a = analyze(load([WHATIF / "ST"], LoadOptions(jobs=1, cache=False)))
     client = create_app(a).server.test_client()
     assert client.get("/").status_code == 200
+    sel = {"id": "selection", "property": "data", "value": {"rank": 7, "step": 23, "collective": None}}
+    for outputs, inputs in (
+        ([("timeline", "figure"), ("timeline-lanes", "data")],
+         [sel, {"id": "timeline-opts", "property": "value", "value": []},
+          {"id": "timeline", "property": "relayoutData", "value": None}]),
+        ([("selection-text", "children"), ("kpi-table", "style_data_conditional"), ("breakdown", "figure")], [sel]),
+        ([("waits", "figure"), ("busbw", "figure"), ("coll-table", "data")], [sel]),
+    ):
+        body = {"output": ".." + "...".join(f"{i}.{p}" for i, p in outputs) + "..",
+                "outputs": [{"id": i, "property": p} for i, p in outputs], "inputs": inputs,
+                "changedPropIds": ["selection.data"]}
+        resp = client.post("/_dash-update-component", data=json.dumps(body), content_type="application/json")
+        assert resp.status_code == 200, outputs
+        assert set(resp.get_json()["response"]) == {i for i, _ in outputs}
