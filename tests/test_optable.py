@@ -282,3 +282,13 @@ def test_running_clock_with_spill_keeps_its_times(tmp_path: Path) -> None:
     df.write_parquet(tmp_path / "trace-gen.parquet")
     ts = _load(tmp_path / "trace-gen.parquet")
     assert ts.gpu["start_ns"].sort().to_list() == df["start_ns"].sort().to_list()
+
+
+def test_virtual_stages_from_the_chunk_column_without_meta(tmp_path: Path) -> None:
+    job = Job(dp=2, pp=3, vpp=2, microbatches=2, steps=1)
+    path = write(job, tmp_path)
+    ref = _load(path)
+    (tmp_path / "meta-gen.yaml").unlink()
+    got = load([path], LoadOptions(jobs=1, cache=False, layout="dp=2,pp=3"))
+    assert got.collectives.equals(ref.collectives)
+    assert any("vpp=2" in w and "vpp from the mc column" in w for w in got.warnings)

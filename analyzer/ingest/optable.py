@@ -12,6 +12,7 @@ table over whole: ``RankTrace.collectives``).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import polars as pl
@@ -69,7 +70,16 @@ def read(path: Path, opts: ReadOptions) -> list[RankTrace]:
 
 
 def _layout(path: Path, table: Table, opts: ReadOptions) -> lay_mod.Layout:
-    """Sizes: a given layout, else the meta file beside the table, else inferred from its ranks."""
+    """Sizes: a given layout, else the meta file beside the table, else inferred from its ranks; virtual stages
+    also from the table's model chunks (``mc``), which ``--layout`` cannot name (its axes are the rank order's)."""
+    lay = _sizes(path, table, opts)
+    chunks = table.df["mc"].max() if "mc" in table.df.columns else None
+    if chunks is not None and int(chunks) + 1 > lay.vpp:
+        return replace(lay, vpp=int(chunks) + 1, source=f"{lay.source}; vpp from the mc column")
+    return lay
+
+
+def _sizes(path: Path, table: Table, opts: ReadOptions) -> lay_mod.Layout:
     if opts.layout:
         return lay_mod.parse_layout_text(opts.layout)
     meta = lay_mod.meta_path(path)
