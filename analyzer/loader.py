@@ -24,8 +24,10 @@ from .hygiene import drop_invalid_gpu
 from .ingest import ReadOptions, reader_for
 from .ingest.discover import TraceFile, discover
 from .model import (
+    COLLECTIVE_SCHEMA,
     COMM_CALL_SCHEMA,
     CPU_SCHEMA,
+    GPU_OPTIONAL,
     GPU_SCHEMA,
     STEP_SCHEMA,
     RankTrace,
@@ -47,9 +49,11 @@ class LoadOptions:
     cache: bool = True
     progress: Callable[[str], None] | None = None
     scheduler: str | None = None  # Dask scheduler address: parse ranks on that cluster
+    layout: str | None = None  # --layout: op tables take their parallel sizes from it (ingest/optable_layout.py)
 
 
 CPU_KEPT = ("runtime", "annotation")  # cpu kinds anything after loading reads
+UNCACHED = ("optable",)  # already columnar: read whole faster than a cache entry (AR, 117 k ops: ~0.1 s)
 
 
 def read_lean(path: Path, opts: ReadOptions, fmt: str = "kineto") -> list[RankTrace]:
@@ -74,7 +78,7 @@ def _read_fmt(path: Path, opts: ReadOptions, fmt: str) -> list[RankTrace]:
 def read_one(tf: TraceFile, opts: ReadOptions, use_cache: bool = True) -> list[RankTrace] | Skipped:
     """Read one file; a user-fixable problem becomes a Skipped entry (picklable for workers)."""
     try:
-        if use_cache:
+        if use_cache and tf.format not in UNCACHED:
             from .ingest.cache import cached_read
 
             return cached_read(tf, opts, lean_reader(tf.format))
@@ -123,7 +127,8 @@ def _read_chunk_in_worker(tfs: list[TraceFile], opts: list[ReadOptions], use_cac
 
     res: list[list[RankTrace] | Skipped | _Stored] = [read_one(tf, o, use_cache=False) for tf, o in zip(tfs, opts)]
     try:
-        folders = {i: entry_dir(tfs[i], opts[i]) for i, r in enumerate(res) if not isinstance(r, Skipped)}
+        folders = {i: entry_dir(tfs[i], opts[i]) for i, r in enumerate(res)
+                   if not isinstance(r, Skipped) and tfs[i].format not in UNCACHED}
         store_many([(f, res[i]) for i, f in folders.items()])  # type: ignore[misc]
     except OSError:
         return res  # a read-only or full cache directory must not fail the analysis
@@ -219,7 +224,7 @@ def _read_all(files: list[TraceFile], options: LoadOptions) -> list[list[RankTra
 
     jobs = options.jobs or os.cpu_count() or 1
     opts = [ReadOptions(rank_hint=tf.rank_hint, rank_map=dict(options.rank_map or {}),
-                        step_marker=options.step_marker) for tf in files]
+                        step_marker=options.step_marker, layout=options.layout) for tf in files]
     with rank_progress(len(files)) as bar:
         def done(name: str) -> None:
             bar(name)
@@ -229,7 +234,15 @@ def _read_all(files: list[TraceFile], options: LoadOptions) -> list[list[RankTra
         if options.scheduler:
             from .scaleout import read_on_cluster
 
-            return read_on_cluster(files, opts, options.scheduler, done)
+            # uncached formats are read here: the cluster hands ranks over through the cache
+            here = [i for i, tf in enumerate(files) if tf.format in UNCACHED]
+            there = [i for i in range(len(files)) if files[i].format not in UNCACHED]
+            got = dict(zip(there, read_on_cluster([files[i] for i in there], [opts[i] for i in there],
+                                                  options.scheduler, done))) if there else {}
+            for i in here:
+                got[i] = read_one(files[i], opts[i], use_cache=False)
+                done(files[i].path.name)
+            return [got[i] for i in sorted(got)]
         results: list[list[RankTrace] | Skipped | None] = [None] * len(files)
         todo = list(range(len(files)))
         if options.cache:
@@ -333,21 +346,22 @@ def _tile_sparse_steps(steps: pl.DataFrame, gpu: pl.DataFrame) -> tuple[pl.DataF
     )
 
 
-def _concat(schema: dict[str, pl.DataType], frames: list[pl.DataFrame]) -> pl.DataFrame:
+def _concat(schema: dict[str, pl.DataType], frames: list[pl.DataFrame],
+            optional: dict[str, pl.DataType] | None = None) -> pl.DataFrame:
     """``pl.concat`` of each frame conformed to ``schema``; frames that already share one schema (cache hits)
     are concatenated first and conformed once (thousands of ranks)."""
     shared = [f for f in frames if f.width]
     if shared:
         try:
-            return conform(pl.concat(shared, how="vertical"), schema)
+            return conform(pl.concat(shared, how="vertical"), schema, optional)
         except (pl.exceptions.SchemaError, pl.exceptions.ShapeError):
             pass  # columns differ between frames: each conformed on its own
-    return pl.concat([conform(f, schema) for f in frames])
+    return pl.concat([conform(f, schema, optional) for f in frames], how="diagonal_relaxed")
 
 
 def assemble(traces: list[RankTrace], skipped: list[Skipped], warnings: list[str],
              step_marker: str | None = None) -> TraceSet:
-    gpu = _concat(GPU_SCHEMA, [t.gpu for t in traces])
+    gpu = _concat(GPU_SCHEMA, [t.gpu for t in traces], GPU_OPTIONAL)
     cpu = _concat(CPU_SCHEMA, [t.cpu for t in traces])
     calls = _concat(COMM_CALL_SCHEMA, [t.comm_calls for t in traces])
     host_steps = [t.steps for t in traces if not t.steps_on_gpu]
@@ -363,7 +377,11 @@ def assemble(traces: list[RankTrace], skipped: list[Skipped], warnings: list[str
     if no_steps:
         warnings.append(f"no step markers on rank(s) {_ranks_text(no_steps)}: analyzed as one window")
     groups = {t.meta.rank: t.meta.process_groups for t in traces}
-    table = collectives.build_table(gpu, cpu, calls, steps, groups, host_step_windows(cpu, step_marker))
+    given = [t for t in traces if t.collectives is not None]  # readers that know the table whole (op tables)
+    rest = gpu.filter(~pl.col("rank").is_in([t.meta.rank for t in given])) if given else gpu
+    table = collectives.build_table(rest, cpu, calls, steps, groups, host_step_windows(cpu, step_marker))
+    if given:
+        table = _concat(COLLECTIVE_SCHEMA, [table, *[t.collectives for t in given]]).sort("rank", "start_ns")
     missing = table.filter(~pl.col("has_meta"))
     if missing.height:
         warnings.append(
