@@ -108,6 +108,29 @@ def dim_options(layout: str | None, layout_order: str | None, gpus_per_host: int
     return Options(layout=parse_layout(layout, layout_order), gpus_per_host=gpus_per_host)
 
 
+def hang_triage(paths: tuple[Path, ...], rank_map: tuple[str, ...], layout: str | None, layout_order: str | None,
+                gpus_per_host: int):
+    """The hang analysis when the paths are Flight Recorder dumps (by content), else None (traces)."""
+    from .ingest.discover import flight_recorder_files
+
+    files = flight_recorder_files(list(paths))
+    if not files:
+        return None
+    from .hang_analysis import analyze_dumps
+    from .ingest import flight_recorder
+
+    recs = flight_recorder.load([(f.path, f.rank_hint) for f in files], _rank_map(rank_map))
+    return analyze_dumps(recs, dim_options(layout, layout_order, gpus_per_host))
+
+
+def _emit(text: str, output: Path | None) -> None:
+    if output:
+        output.write_text(text, encoding="utf-8")
+        click.echo(f"wrote {output}", err=True)
+    else:
+        click.echo(text, nl=False)
+
+
 @click.group()
 @click.version_option(package_name="commscope")
 def main() -> None:
@@ -133,6 +156,10 @@ def analyze(paths: tuple[Path, ...], fmt: str, output: Path | None, show_steps: 
     """Analyze traces (files or folders of ranks): overlap, exposed communication, waits, stragglers."""
 
     def run() -> None:
+        if hang := hang_triage(paths, rank_map, layout, layout_order, gpus_per_host):
+            from .report import render
+
+            return _emit(render(hang, fmt), output)
         if not scheduler:
             start_workers(paths, jobs, not no_cache)
         from .analysis import analyze as run_analysis
@@ -171,6 +198,12 @@ def dashboard(paths: tuple[Path, ...], host: str, port: int, debug: bool, rank_m
     """Serve the interactive dashboard over these traces (loaded and analyzed once)."""
 
     def run() -> None:
+        if hang := hang_triage(paths, rank_map, layout, layout_order, gpus_per_host):
+            from dashboards.hang import serve_hang
+
+            click.echo(f"commscope dashboard: hang triage of {len(hang.source['ranks'])} dumps on "
+                       f"http://{host}:{port}/", err=True)
+            return serve_hang(hang, host=host, port=port, debug=debug)
         start_workers(paths, jobs, not no_cache)
         from dashboards.app import serve
 

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 from ..analysis import Analysis
+from ..hang_analysis import HangAnalysis
 
 
-def render(a: Analysis, fmt: str, show_steps: bool = False, wide: bool = False) -> str:
+def render(a: Analysis | HangAnalysis, fmt: str, show_steps: bool = False, wide: bool = False) -> str:
+    if isinstance(a, HangAnalysis):  # Flight Recorder input: hang triage, not a timeline
+        from . import hang, hang_json
+
+        return hang_json.render(a) if fmt == "json" else getattr(hang, fmt)(a)
     if fmt == "json":
         from . import json
 
