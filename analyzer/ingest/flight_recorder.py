@@ -62,7 +62,7 @@ ENTRY_SCHEMA: dict[str, pl.DataType] = {
     "completed_ns": pl.Int64,
     "duration_ms": pl.Float64,
     "timeout_ms": pl.Int64,
-    "frames": pl.List(pl.Utf8),  # innermost first, "name (file:line)"
+    "frames": pl.Utf8,  # the stack, innermost first, one "name (file:line)" per line
 }
 
 
@@ -134,28 +134,53 @@ def check_version(path: Path, version: object) -> str:
     return str(version)
 
 
-def parse_groups(path: Path, pg_config: object) -> dict[str, tuple[str, tuple[int, ...]]]:
-    """pg_config -> {name: (desc, ranks)}; gloo leaves it empty (one entry named ""), which says nothing."""
+def parse_groups(path: Path, pg_config: object, cache: dict | None = None) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """pg_config -> {name: (desc, ranks)}; gloo leaves it empty (one entry named ""), which says nothing.
+    ``cache``: member lists already parsed, by their text (every dump of a 4,096-rank job lists the world)."""
     out: dict[str, tuple[str, tuple[int, ...]]] = {}
     if not isinstance(pg_config, dict):
         return out
+    cache = {} if cache is None else cache
     for key, cfg in pg_config.items():
         if not isinstance(cfg, dict):
             continue
         name = str(cfg.get("name", key))
         ranks = cfg.get("ranks", "[]")
-        try:
-            members = ast.literal_eval(ranks) if isinstance(ranks, str) else ranks
-            members = tuple(sorted(int(r) for r in members))
-        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-            raise TraceError(path, f"pg_config of group {name!r} has unreadable ranks {str(ranks)[:60]!r}",
-                             "the dump is damaged; copy it again") from None
+        text = ranks if isinstance(ranks, str) else None
+        members = cache.get(text) if text is not None else None
+        if members is None:
+            try:
+                raw = _rank_list(ranks) if text is not None else ranks
+                members = tuple(sorted(int(r) for r in raw))
+            except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+                raise TraceError(path, f"pg_config of group {name!r} has unreadable ranks {str(ranks)[:60]!r}",
+                                 "the dump is damaged; copy it again") from None
+            if text is not None:
+                cache[text] = members  # one tuple object per distinct list: later stages key on it cheaply
         if name and members:
             out[name] = (str(cfg.get("desc", "")), members)
     return out
 
 
+def _rank_list(text: str) -> list:
+    """"[0, 1, 2]" as torch writes it: JSON, parsed fast (a 4,096-rank world is 25 KB per dump); else a literal."""
+    try:
+        return msgspec.json.decode(text)
+    except msgspec.DecodeError:
+        return ast.literal_eval(text)
+
+
 _P2P_NAME = re.compile(r"^(?:\w+:)?(send|recv)\s+(\d+)\s*(->|<-)\s*(\d+)")
+
+
+def _name(profiling_name: str) -> tuple[str | None, int | None, int | None]:
+    """"nccl:all_reduce" -> (all_reduce, None, None); "nccl:send 0->1" / "nccl:recv 1<-0" -> (op, src, dst)."""
+    m = _P2P_NAME.match(profiling_name)
+    if not m:
+        return op_from_collective_name(profiling_name.split(":", 1)[-1].split(" ")[0]), None, None
+    a, b = int(m.group(2)), int(m.group(4))
+    src, dst = (a, b) if m.group(3) == "->" else (b, a)
+    return m.group(1), src, dst
 
 
 def _bytes(sizes: object, dtypes: object) -> int | None:
@@ -181,14 +206,11 @@ def _time(v: object) -> int | None:
     return int(v) if isinstance(v, (int, float)) and v > 0 else None  # JSON writes 0 for "not yet"
 
 
-def _frames(frames: object) -> list[str]:
-    if not isinstance(frames, list):
-        return []
-    out = []
-    for f in frames:
-        if isinstance(f, dict):
-            out.append(f"{f.get('name', '?')} ({f.get('filename', '?')}:{f.get('line', '?')})")
-    return out
+def _frames(frames: object) -> str | None:
+    if not isinstance(frames, list) or not frames:
+        return None
+    return "\n".join(f"{f.get('name', '?')} ({f.get('filename', '?')}:{f.get('line', '?')})"
+                     for f in frames if isinstance(f, dict))
 
 
 _COLUMNS = tuple(ENTRY_SCHEMA)
@@ -199,20 +221,15 @@ def rows(path: Path, rank: int, entries: object) -> dict[str, list]:
     if not isinstance(entries, list):
         raise TraceError(path, "'entries' is not a list", "the dump is damaged; copy it again")
     cols: dict[str, list] = {c: [] for c in _COLUMNS}
+    names: dict[str, tuple[str | None, int | None, int | None]] = {}
     for i, e in enumerate(entries):
         try:
             pg = e["process_group"]
             name = str(e["profiling_name"])
             state = str(e["state"])
             retired = bool(e.get("retired", False))
-            m = _P2P_NAME.match(name)
-            is_p2p = bool(e.get("is_p2p", m is not None)) or m is not None
-            op = m.group(1) if m else op_from_collective_name(name.split(":", 1)[-1].split(" ")[0])
-            if m:
-                a, b = int(m.group(2)), int(m.group(4))
-                src, dst = (a, b) if m.group(3) == "->" else (b, a)
-            else:
-                src = dst = None
+            op, src, dst = names[name] if name in names else names.setdefault(name, _name(name))
+            is_p2p = bool(e.get("is_p2p", src is not None)) or src is not None
             seq = e.get("p2p_seq_id") if is_p2p else e["collective_seq_id"]
             vals = (rank, int(e["record_id"]), str(pg[0]), str(pg[1]), int(seq) if seq is not None else None, is_p2p,
                     e.get("op_id"), op, name, src, dst,
@@ -231,10 +248,10 @@ def rows(path: Path, rank: int, entries: object) -> dict[str, list]:
     return cols
 
 
-def read(path: Path, rank: int) -> tuple[Dump, dict[str, list]]:
+def read(path: Path, rank: int, cache: dict | None = None) -> tuple[Dump, dict[str, list]]:
     doc, encoding = decode(path)
     version = check_version(path, doc.get("version"))
-    groups = parse_groups(path, doc.get("pg_config"))
+    groups = parse_groups(path, doc.get("pg_config"), cache)
     cols = rows(path, rank, doc["entries"])
     return Dump(rank, str(path), encoding, version, groups, len(cols["rank"])), cols
 
@@ -252,6 +269,7 @@ def load(files: list[tuple[Path, int | None]], rank_map: dict[str, int] | None =
     rank_map = rank_map or {}
     parts, dumps, skipped, warnings = [], [], [], []
     owner: dict[int, Path] = {}
+    members: dict[str, tuple[int, ...]] = {}
     for path, hint in files:
         rank = rank_map.get(str(path), rank_map.get(path.name, hint))
         if rank is None:
@@ -262,7 +280,7 @@ def load(files: list[tuple[Path, int | None]], rank_map: dict[str, int] | None =
             raise UsageError(f"{owner[rank]} and {path} are both rank {rank}'s dump: dumps of two jobs or two "
                              "captures in one folder? Analyze one job's dumps at a time")
         try:
-            dump, cols = read(path, rank)
+            dump, cols = read(path, rank, members)
         except TraceError as exc:
             skipped.append((str(path), f"{exc.problem}" + (f" ({exc.hint})" if exc.hint else "")))
             continue
@@ -288,14 +306,15 @@ def _check_one_job(dumps: list[Dump]) -> None:
     """One job has one world: every dump's default group lists the same members and includes its own rank.
     (Other groups may share a name with different members: torch's split_group names subgroups alike.)"""
     world: tuple[tuple[int, ...], Dump] | None = None
+    as_set: dict[int, set[int]] = {}  # the reader shares one tuple per distinct member list
     for d in dumps:
         for desc, members in d.groups.values():
             if desc != "default_pg":
                 continue
-            if d.rank not in members:
+            if d.rank not in as_set.setdefault(id(members), set(members)):
                 raise UsageError(f"{d.path}: its file name says rank {d.rank}, but its job's world is "
                                  f"{_short(members)}: a dump of another job? Analyze one job's dumps at a time")
-            if world is not None and world[0] != members:
+            if world is not None and world[0] is not members and world[0] != members:
                 raise UsageError(f"{world[1].path} and {d.path} come from jobs with different worlds "
                                  f"({_short(world[0])} vs {_short(members)}): analyze one job's dumps at a time")
             world = world or (members, d)

@@ -43,8 +43,8 @@ def analyze(entries: pl.DataFrame, dump_ranks: list[int], pg_config: dict[int, d
     """``entries``: the Flight Recorder entry table; ``pg_config``: per rank, pg name -> (desc, members)."""
     dims = dims or dimensions.Options()
     have = set(dump_ranks)
-    e = _with_groups(entries, pg_config)
-    groups = _group_table(e, pg_config)
+    e, members = _with_groups(entries, pg_config)
+    groups = _group_table(e, members)
     world = _world_size(groups, dump_ranks)
     missing_dumps = tuple(r for r in range(world) if r not in have)
     groups = _dimensions(groups, world, dims)
@@ -60,7 +60,9 @@ def analyze(entries: pl.DataFrame, dump_ranks: list[int], pg_config: dict[int, d
     unmatched = _p2p_unmatched(e, groups, have)
     stuck += [_p2p_hang(u, groups) for u in unmatched if u["waiting"]]
     _blocked_by(stuck, pending_at)
-    stuck.sort(key=lambda h: (not h["root"], h["since_ns"] if h["since_ns"] is not None else 1 << 62,
+    # roots first; of those, the one most other hangs wait on (a rank that skipped a tp collective also stalls
+    # its dp group, a second root; host clocks differ too much for "earliest" to decide), then the earliest
+    stuck.sort(key=lambda h: (not h["root"], -h["explains"], h["since_ns"] if h["since_ns"] is not None else 1 << 62,
                               h["group"], h["seq"]))
     last = {}
     for h in stuck:
@@ -77,37 +79,56 @@ def analyze(entries: pl.DataFrame, dump_ranks: list[int], pg_config: dict[int, d
     return Hang(stuck[0] if stuck else None, tuple(stuck), groups, grid, tuple(unmatched), missing_dumps, world)
 
 
-def _with_groups(e: pl.DataFrame, pg_config: dict[int, dict[str, tuple[str, tuple]]]) -> pl.DataFrame:
+def _with_groups(e: pl.DataFrame, pg_config: dict[int, dict[str, tuple[str, tuple]]]
+                 ) -> tuple[pl.DataFrame, dict[str, tuple[tuple[int, ...], str, str | None]]]:
     """A group id per entry: the pg name and its members as the rank's own pg_config gives them (split groups
-    may share a name), else the ranks whose dumps record that name (gloo writes no pg_config)."""
+    may share a name), else the ranks whose dumps record that name (gloo writes no pg_config). Returns the
+    entries with ``gid`` and gid -> (members, where the members came from, pg_config's description)."""
     seen = e.group_by("pg").agg(pl.col("rank").unique().sort().alias("_seen"))
     inferred = {r["pg"]: tuple(r["_seen"]) for r in seen.iter_rows(named=True)}
     pairs = e.select("rank", "pg").unique()
+    ids: dict[tuple[str, str, str], str] = {}
+    tuples: dict[tuple[str, str, str], tuple[int, ...]] = {}
+    text: dict[int, str] = {}  # id(member tuple) -> its text: the reader shares one tuple per distinct list
+    per_pg: Counter = Counter()
+
+    cfg_desc: dict[str, str] = {}
+
+    def gid(pg: str, members: tuple[int, ...], source: str, desc: str | None = None) -> str:
+        t = text.get(id(members))
+        if t is None:
+            t = text[id(members)] = ",".join(map(str, members))
+        key = (pg, t, source)
+        if key not in ids:
+            ids[key] = f"{pg}#{per_pg[pg]}"
+            per_pg[pg] += 1
+            tuples[key] = members
+        if desc is not None:
+            cfg_desc.setdefault(ids[key], desc)
+        return ids[key]
+
     keys = []
     for rank, pg in pairs.iter_rows():
         cfg = pg_config.get(rank, {}).get(pg)
-        members = cfg[1] if cfg else inferred[pg]
-        keys.append(f"{pg}|{','.join(map(str, members))}|{'pg_config' if cfg else 'entries'}")
+        keys.append(gid(pg, cfg[1], "pg_config", cfg[0]) if cfg else gid(pg, inferred[pg], "entries"))
+    # groups a dump's pg_config names but no entry used: they cannot hang, but give the world's size
+    for cfg in pg_config.values():
+        for pg, (desc, members) in cfg.items():
+            gid(pg, members, "pg_config", desc)
     pairs = pairs.with_columns(pl.Series("gid", keys, dtype=pl.Utf8))
-    return e.join(pairs, on=["rank", "pg"], how="left")
+    return e.join(pairs, on=["rank", "pg"], how="left"), {g: (tuples[k], k[2], cfg_desc.get(g)) for k, g in ids.items()}
 
 
-def _group_table(e: pl.DataFrame, pg_config: dict) -> pl.DataFrame:
-    g = e.group_by("gid").agg(pl.col("pg").first(), pl.col("pg_desc").drop_nulls().first().alias("desc"))
-    parts = g["gid"].str.split("|")
-    g = g.with_columns(
-        parts.list.get(1).str.split(",").list.eval(pl.element().cast(pl.Int32)).alias("ranks"),
-        parts.list.get(2).alias("members_source"),
-    ).with_columns(pl.col("ranks").list.len().alias("size"))
-    # groups a dump's pg_config names but no entry used (they cannot hang, but give the world's size)
-    extra = {(name, members) for cfg in pg_config.values() for name, (_, members) in cfg.items()}
-    used = {(r["pg"], tuple(r["ranks"])) for r in g.select("pg", "ranks").iter_rows(named=True)}
-    rows = [{"gid": f"{n}|{','.join(map(str, m))}|pg_config", "pg": n, "desc": d, "ranks": list(m),
-             "members_source": "pg_config", "size": len(m)}
-            for cfg in pg_config.values() for n, (d, m) in cfg.items() if (n, m) in extra - used]
-    if rows:
-        g = pl.concat([g, pl.DataFrame(rows, schema=g.schema)]).unique("gid", keep="first")
-    return g.with_columns(pl.col("size").cast(pl.Int32)).sort("pg", "gid")
+def _group_table(e: pl.DataFrame, members: dict[str, tuple[tuple[int, ...], str, str | None]]) -> pl.DataFrame:
+    descs = dict(e.group_by("gid").agg(pl.col("pg_desc").drop_nulls().first()).iter_rows())
+    gids = sorted(members, key=lambda g: (g.rsplit("#", 1)[0], int(g.rsplit("#", 1)[1])))
+    return pl.DataFrame({
+        "gid": gids, "pg": [g.rsplit("#", 1)[0] for g in gids],
+        "desc": [descs.get(g) or members[g][2] for g in gids],
+        "ranks": [list(members[g][0]) for g in gids], "members_source": [members[g][1] for g in gids],
+        "size": [len(members[g][0]) for g in gids],
+    }, schema={"gid": pl.Utf8, "pg": pl.Utf8, "desc": pl.Utf8, "ranks": pl.List(pl.Int32),
+               "members_source": pl.Utf8, "size": pl.Int32})
 
 
 def _world_size(groups: pl.DataFrame, dump_ranks: list[int]) -> int:
@@ -303,12 +324,28 @@ def _blocked_by(stuck: list[dict], pending_at: dict) -> None:
                 by.add(j)
         h["blocked_by"] = sorted(by)
         h["root"] = bool(h["mismatched"] or h["no_dump"] or not by)
+    children: dict[int, list[int]] = {}
+    for k, h in enumerate(stuck):
+        for j in h["blocked_by"]:
+            children.setdefault(j, []).append(k)
+    for i, h in enumerate(stuck):  # how many hangs wait on this one, directly or through others
+        h["explains"] = _downstream(children, i)
     for h in stuck:  # indexes -> readable references
         h["blocked_by"] = [{"group": stuck[j]["group"], "seq": stuck[j]["seq"], "op": stuck[j]["op"]}
                            for j in h["blocked_by"]]
     if stuck and not any(h["root"] for h in stuck):  # a cycle (deadlock): every hang waits on another
         for h in stuck:
             h["root"] = True
+
+
+def _downstream(children: dict[int, list[int]], i: int) -> int:
+    seen, todo = {i}, [i]
+    while todo:
+        for k in children.get(todo.pop(), []):
+            if k not in seen:
+                seen.add(k)
+                todo.append(k)
+    return len(seen) - 1
 
 
 def _last_entry(e: pl.DataFrame, rank: int, gid: str) -> tuple[dict | None, dict | None]:
@@ -322,7 +359,8 @@ def _last_entry(e: pl.DataFrame, rank: int, gid: str) -> tuple[dict | None, dict
         r = df.row(-1, named=True)
         return {"group": r["pg"], "seq": r["seq"], "op": r["op"], "bytes": r["in_bytes"], "dtype": r["dtype"],
                 "state": "completed" if r["done"] else r["state"],
-                "time_ns": r["completed_ns"] or r["started_ns"] or r["created_ns"], "frames": r["frames"]}
+                "time_ns": r["completed_ns"] or r["started_ns"] or r["created_ns"],
+                "frames": r["frames"].split("\n") if r["frames"] else []}
     return brief(done), brief(mine)
 
 
@@ -337,8 +375,8 @@ def _stacks(e: pl.DataFrame, h: dict, last: dict) -> dict[str, dict]:
     if h["waiting"]:
         r = h["waiting"][0]
         row = e.filter((pl.col("rank") == r) & (pl.col("gid") == h["gid"]) & (pl.col("seq") == h["seq"]))
-        if row.height and row["frames"][0] is not None and len(row["frames"][0]):
-            frames = row["frames"][0].to_list()
+        if row.height and row["frames"][0]:
+            frames = row["frames"][0].split("\n")
             out[str(r)] = {"op": h["op"], "seq": h["seq"], "group": h["pg"], "frames": frames,
                            "user_frame": user_frame(frames)}
     return out
