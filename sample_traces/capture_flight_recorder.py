@@ -9,13 +9,16 @@ all-gather on tp, an all-reduce on dp), then one scenario breaks the next tp all
 - ``skip``: rank 3 never calls it (rank 2 enters it and waits).
 - ``wrong_op``: rank 3 calls an all-gather where rank 2 calls the all-reduce.
 - ``wrong_size``: rank 3's all-reduce has half the elements of rank 2's. Gloo aborts the process that
-  receives more bytes than it posted as soon as data flows, so here rank 3 enters first and dumps at
-  once, and rank 2 enters later and dumps right after entering (rank 3 then dies, as it would in a job).
+  receives more bytes than it posted as soon as data flows (NCCL would hang silently), so here rank 3
+  enters first, dumps and stops itself (SIGSTOP), and only then rank 2 enters and dumps.
+
+Every rank exits only once all have dumped: an exiting rank closes its sockets, gloo then fails its
+peers' pending work and retires it, and a retired entry reads as finished.
 
 The hanging collective is issued with ``async_op=True`` and waited on from a side thread (the main
 thread stays free, as the watchdog's would be); after a pause every rank writes its dump with
-``torch._C._distributed_c10d._dump_fr_trace()`` (pickle, ``rank<N>.pkl``) and ``_dump_fr_trace_json()``
-(``rank<N>.json``, into ``OUT/<scenario>/json/``), then leaves with ``os._exit`` (the hung work would
+``torch._C._distributed_c10d._dump_fr_trace()`` (pickle, ``OUT/<scenario>/pickle/rank<N>.pkl``) and
+``_dump_fr_trace_json()`` (``OUT/<scenario>/json/rank<N>.json``), then leaves with ``os._exit`` (the hung work would
 otherwise block the teardown). ``ground_truth.json`` says which group, seq, op and ranks.
 
 Needs torch (not a commscope dependency): run it from its own venv, e.g.
@@ -29,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import socket
 import threading
 import time
@@ -71,23 +75,36 @@ def _rank_main(rank: int, args: argparse.Namespace, port: int) -> None:
         else:
             work = dist.all_reduce(x, group=tp, async_op=True)
     elif args.scenario == "wrong_size":
-        # gloo aborts the rank that receives more bytes than it posted, the moment data flows: the short rank
-        # enters first and dumps at once, its peer enters later and dumps right after entering
+        # gloo aborts the rank that receives more bytes than it posted the moment data flows (NCCL would say
+        # nothing and hang): the short rank enters first, dumps and stops itself (SIGSTOP: its threads freeze,
+        # so it neither aborts nor closes its sockets), and only then its peer enters and dumps
+        store = dist.distributed_c10d._get_default_store()
         if culprit:
+            time.sleep(0.5)  # let the barrier retire: a dump right after it would still show it pending
             work = dist.all_reduce(x[: NUMEL // 2].contiguous(), group=tp, async_op=True)
             _dump(args, rank)
-        time.sleep(args.pause)  # the first dump takes over a second (stack symbolization)
-        if not culprit:
-            work = dist.all_reduce(x, group=tp, async_op=True)
-            if rank != CULPRIT - 1:
-                work.wait()  # the healthy tp group finishes it
-            _dump(args, rank)
-        time.sleep(args.pause)
-        os._exit(0)
+            store.set(f"dumped{rank}", "1")
+            os.kill(os.getpid(), signal.SIGSTOP)  # the parent kills it once the others have dumped
+        store.wait([f"dumped{CULPRIT}"])
+        work = dist.all_reduce(x, group=tp, async_op=True)
+        if rank != CULPRIT - 1:
+            work.wait()  # the healthy tp group finishes it
+        time.sleep(args.pause / 3)
+        _dump(args, rank)
+        _leave_together(store, rank)
     if work is not None:
         threading.Thread(target=_wait_quietly, args=(work,), daemon=True).start()
     time.sleep(args.pause)
     _dump(args, rank)
+    _leave_together(dist.distributed_c10d._get_default_store(), rank)
+
+
+def _leave_together(store, rank: int) -> None:
+    """Exit only when every rank has dumped: a rank that exits closes its sockets, and gloo then fails (and
+    retires) its peers' pending work, which would show in their dumps as finished."""
+    store.set(f"dumped{rank}", "1")
+    store.wait([f"dumped{r}" for r in range(WORLD)])
+    time.sleep(0.5)
     os._exit(0)  # the hung work would block the process group's teardown
 
 
@@ -95,8 +112,9 @@ def _dump(args: argparse.Namespace, rank: int) -> None:
     import torch._C._distributed_c10d as c10d
 
     out_dir = Path(args.out) / args.scenario
-    (out_dir / "json").mkdir(parents=True, exist_ok=True)
-    (out_dir / f"rank{rank}.pkl").write_bytes(c10d._dump_fr_trace())
+    for sub in ("pickle", "json"):
+        (out_dir / sub).mkdir(parents=True, exist_ok=True)
+    (out_dir / "pickle" / f"rank{rank}.pkl").write_bytes(c10d._dump_fr_trace())
     (out_dir / "json" / f"rank{rank}.json").write_bytes(c10d._dump_fr_trace_json())
 
 
@@ -142,9 +160,13 @@ def main() -> None:
         # join each process ourselves: torch's join kills the others when one dies (wrong_size's rank 3 does)
         ctx = mp.start_processes(_rank_main, args=(args, _free_port()), nprocs=WORLD, join=False,
                                  start_method="spawn")
-        for p in ctx.processes:
+        for p in ctx.processes[:CULPRIT] + ctx.processes[CULPRIT + 1:]:
             p.join(timeout=120)
-        missing = [r for r in range(WORLD) if not (Path(args.out) / scenario / f"rank{r}.pkl").exists()]
+        culprit = ctx.processes[CULPRIT]
+        if culprit.is_alive():  # wrong_size's culprit stopped itself after dumping
+            os.kill(culprit.pid, signal.SIGKILL)
+        culprit.join(timeout=30)
+        missing = [r for r in range(WORLD) if not (Path(args.out) / scenario / "pickle" / f"rank{r}.pkl").exists()]
         if missing:
             raise SystemExit(f"{scenario}: ranks {missing} wrote no dump")
         gt = Path(args.out) / scenario / "ground_truth.json"

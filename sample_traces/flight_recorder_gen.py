@@ -11,6 +11,7 @@ who finished their own tp all_reduce, go on to the dp reduce_scatter and wait th
 - ``wrong_size``: the culprit's all_reduce has half the elements; every member entered, none finishes.
 - ``wrong_op``: the culprit calls all_gather where its peers call all_reduce.
 - ``missing_dump``: as never_joined, and the culprit's dump is absent from the set.
+- ``healthy``: nothing goes wrong (the answer is "no hang").
 - ``p2p``: the pp stage pair (culprit - ranks/2, culprit): the sender posts its send, the culprit never
   posts the recv (no collective hangs).
 
@@ -29,7 +30,7 @@ import pickle
 from dataclasses import dataclass
 from pathlib import Path
 
-SCENARIOS = ("never_joined", "wrong_size", "wrong_op", "missing_dump", "p2p")
+SCENARIOS = ("never_joined", "wrong_size", "wrong_op", "missing_dump", "p2p", "healthy")
 T0_NS = 1_795_000_000_000_000_000  # a wall-clock epoch time (2026-11-18)
 STEP_NS = 50_000_000
 AR_NUMEL = 32 * 1024 * 1024  # 64 MiB of bf16
@@ -78,6 +79,8 @@ def truth(job: Job) -> dict:
     g = groups(job)
     bad = job.bad
     mine = _mine(job, bad)
+    if job.scenario == "healthy":
+        return {"group": None, "hang": None}
     if job.scenario == "p2p":
         sender = bad - job.ranks // 2
         return {"group": mine["mesh_pp"], "dimension": "pp", "seq": job.steps + 1, "op": "send",
@@ -144,7 +147,7 @@ def build(job: Job) -> dict[int, dict]:
     g = groups(job)
     n, bad, half = job.ranks, job.bad, job.ranks // 2
     bad_tp = _mine(job, bad)["mesh_tp"]
-    stuck_tp = set(g[bad_tp][1]) if job.scenario != "p2p" else set()
+    stuck_tp = set(g[bad_tp][1]) if job.scenario not in ("p2p", "healthy") else set()
     dumps = {}
     for rank in range(n):
         st = _Rank(job, rank)

@@ -92,9 +92,9 @@ class _NoGlobals(pickle.Unpickler):
 
 
 def looks_like_dump(start: bytes) -> bool:
-    """Flight Recorder by content: a pickle naming the dump's keys, or JSON whose entries carry seq ids."""
-    if start[:1] == PICKLE_PROTO:
-        return b"version" in start[:64] and (b"pg_config" in start or b"entries" in start)
+    """Flight Recorder by content: a pickle (torch writes protocol 2), or JSON whose entries carry seq ids."""
+    if start[:1] == PICKLE_PROTO and start[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05"):
+        return True  # any pickle: only the restricted reader may open it, and it says what is wrong
     text = start.lstrip()
     return text[:1] == b"{" and b'"entries"' in text and (b'"collective_seq_id"' in text or b'"pg_config"' in text
                                                          or b'"profiling_name"' in text)
@@ -198,7 +198,8 @@ def _bytes(sizes: object, dtypes: object) -> int | None:
 def _done(state: str, retired: bool) -> bool:
     """Finished on this rank. NCCL updates ``state`` from the work's CUDA events; gloo never does (every
     entry stays "scheduled") but retires an entry when its work finishes, so a retired entry counts as done
-    unless its state says it started and never completed."""
+    unless its state says it started and never completed. Gloo also retires work that failed because a peer
+    went away: a dump taken after a peer exited shows the op it waited in as finished."""
     return state == "completed" or (retired and state != "started")
 
 
