@@ -7,8 +7,9 @@ unmatched send/recv, missing dumps). Times are wall-clock ns since the epoch whe
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
+
 from ..hang_analysis import HangAnalysis
-from .hang import clock_text
 from .json import SCHEMA, _records, clean, dumps
 
 HANG_FIELDS = ("group", "dimension", "seq", "op", "bytes", "dtype", "waiting", "missing", "mismatched",
@@ -23,7 +24,8 @@ P2P_FIELDS = ("pg", "op", "src", "dst", "rank", "peer", "seq", "bytes", "dtype",
 def _hang(h: dict | None) -> dict | None:
     if h is None:
         return None
-    full = {**h, "since_utc": clock_text(h["since_ns"]) if h["since_ns"] else None,
+    since = datetime.fromtimestamp(h["since_ns"] / 1e9, tz=timezone.utc) if h["since_ns"] else None
+    full = {**h, "since_utc": since.isoformat(timespec="milliseconds") if since else None,
             "src": h.get("src"), "dst": h.get("dst"),
             "completed": len(h["completed"])}  # a count: the members that finished it (thousands at scale)
     return clean({k: full.get(k) for k in HANG_FIELDS})
