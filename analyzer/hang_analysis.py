@@ -31,6 +31,9 @@ def analyze_dumps(recs: FlightRecords, dims: dimensions.Options | None = None) -
     warnings = list(recs.warnings)
     dims = dims or dimensions.Options()
     warnings.extend(dimensions.layout_warnings(dims.layout, result.world_size))
+    if recs.entries.height == 0:
+        warnings.append("the dumps hold no entries: was TORCH_FR_BUFFER_SIZE (or TORCH_NCCL_TRACE_BUFFER_SIZE) set "
+                        "before the process groups were created?")
     if result.missing_dumps:
         warnings.append(f"no dump from {len(result.missing_dumps)} of {result.world_size} ranks: what they were "
                         "doing is unknown; groups they belong to name them under no_dump")

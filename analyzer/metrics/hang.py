@@ -64,13 +64,11 @@ def analyze(entries: pl.DataFrame, dump_ranks: list[int], pg_config: dict[int, d
     # its dp group, a second root; host clocks differ too much for "earliest" to decide), then the earliest
     stuck.sort(key=lambda h: (not h["root"], -h["explains"], h["since_ns"] if h["since_ns"] is not None else 1 << 62,
                               h["group"], h["seq"]))
-    last = {}
+    done_in, latest = _last_entries(e) if stuck else ({}, {})
     for h in stuck:
-        for r in (*h["missing"], *_mis_ranks(h)):
-            last[(r, h["gid"])] = _last_entry(e, r, h["gid"])
-        h["last_completed"] = {str(r): last[(r, h["gid"])][0] for r in h["missing"] if last[(r, h["gid"])][0]}
-        h["last_entry"] = {str(r): last[(r, h["gid"])][1] for r in h["missing"] if last[(r, h["gid"])][1]}
-        h["stacks"] = _stacks(e, h, {r: v for (r, g), v in last.items() if g == h["gid"]})
+        h["last_completed"] = {str(r): done_in[(r, h["gid"])] for r in h["missing"] if (r, h["gid"]) in done_in}
+        h["last_entry"] = {str(r): latest[r] for r in h["missing"] if r in latest}
+        h["stacks"] = _stacks(e, h, latest)
     for h in stuck:
         for k in ("last_completed", "last_entry"):
             h[k] = {r: {f: v for f, v in x.items() if f != "frames"} for r, x in h[k].items()}
@@ -348,27 +346,28 @@ def _downstream(children: dict[int, list[int]], i: int) -> int:
     return len(seen) - 1
 
 
-def _last_entry(e: pl.DataFrame, rank: int, gid: str) -> tuple[dict | None, dict | None]:
-    """A rank's last completed op in the hung group, and its last op in any group (where it is now)."""
-    mine = e.filter(pl.col("rank") == rank).sort("record_id")
-    done = mine.filter(pl.col("done") & (pl.col("gid") == gid))
+def _last_entries(e: pl.DataFrame) -> tuple[dict[tuple[int, str], dict], dict[int, dict]]:
+    """Each rank's last completed op per group, and its last op in any group (where it is now)."""
+    cols = ("rank", "gid", "pg", "seq", "op", "in_bytes", "dtype", "done", "state", "completed_ns", "started_ns",
+            "created_ns", "frames")
+    ordered = e.sort("record_id").select(cols)
 
-    def brief(df: pl.DataFrame) -> dict | None:
-        if df.height == 0:
-            return None
-        r = df.row(-1, named=True)
+    def brief(r: dict) -> dict:
         return {"group": r["pg"], "seq": r["seq"], "op": r["op"], "bytes": r["in_bytes"], "dtype": r["dtype"],
                 "state": "completed" if r["done"] else r["state"],
                 "time_ns": r["completed_ns"] or r["started_ns"] or r["created_ns"],
                 "frames": r["frames"].split("\n") if r["frames"] else []}
-    return brief(done), brief(mine)
+    done_in = {(r["rank"], r["gid"]): brief(r)
+               for r in ordered.filter(pl.col("done")).group_by("rank", "gid").last().iter_rows(named=True)}
+    latest = {r["rank"]: brief(r) for r in ordered.group_by("rank").last().iter_rows(named=True)}
+    return done_in, latest
 
 
-def _stacks(e: pl.DataFrame, h: dict, last: dict) -> dict[str, dict]:
-    """Stacks of the ranks that hold the hang up (their last op), and of the first waiting rank (its wait)."""
+def _stacks(e: pl.DataFrame, h: dict, latest: dict[int, dict]) -> dict[str, dict]:
+    """Stacks of the ranks that hold the hang up (their latest op), and of the first waiting rank (its wait)."""
     out: dict[str, dict] = {}
     for r in (*h["missing"], *_mis_ranks(h)):
-        entry = last.get(r, (None, None))[1]
+        entry = latest.get(r)
         if entry and entry["frames"]:
             out[str(r)] = {"op": entry["op"], "seq": entry["seq"], "group": entry["group"],
                            "frames": entry["frames"], "user_frame": user_frame(entry["frames"])}
@@ -377,8 +376,8 @@ def _stacks(e: pl.DataFrame, h: dict, last: dict) -> dict[str, dict]:
         row = e.filter((pl.col("rank") == r) & (pl.col("gid") == h["gid"]) & (pl.col("seq") == h["seq"]))
         if row.height and row["frames"][0]:
             frames = row["frames"][0].split("\n")
-            out[str(r)] = {"op": h["op"], "seq": h["seq"], "group": h["pg"], "frames": frames,
-                           "user_frame": user_frame(frames)}
+            out.setdefault(str(r), {"op": h["op"], "seq": h["seq"], "group": h["pg"], "frames": frames,
+                                    "user_frame": user_frame(frames)})
     return out
 
 
