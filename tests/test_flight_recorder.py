@@ -251,3 +251,10 @@ def test_watchdog_file_names_and_rank_map(tmp_path):
         p.rename(p.with_name(f"nccl_trace_rank_{p.stem.removeprefix('rank')}"))
     doc = json.loads(cli("analyze", tmp_path / "d", "--format", "json").stdout)
     assert doc["hang"]["mismatched"][0]["rank"] == 7 and len(doc["source"]["ranks"]) == 8
+
+
+def test_commands_that_need_a_timeline_refuse_dumps(tmp_path):
+    dumps = REAL / "wrong_op" / "pickle"
+    for args in (("compare", dumps, dumps), ("export", dumps, "-o", tmp_path / "x.pftrace")):
+        _one_line_exit_2(cli(*args), "is a Flight Recorder dump", "this command needs profiler traces")
+    assert not (tmp_path / "x.pftrace").exists()
