@@ -111,16 +111,9 @@ def dim_options(layout: str | None, layout_order: str | None, gpus_per_host: int
 def hang_triage(paths: tuple[Path, ...], rank_map: tuple[str, ...], layout: str | None, layout_order: str | None,
                 gpus_per_host: int):
     """The hang analysis when the paths are Flight Recorder dumps (by content), else None (traces)."""
-    from .ingest.discover import flight_recorder_files
+    from .hang_analysis import triage
 
-    files = flight_recorder_files(list(paths))
-    if not files:
-        return None
-    from .hang_analysis import analyze_dumps
-    from .ingest import flight_recorder
-
-    recs = flight_recorder.load([(f.path, f.rank_hint) for f in files], _rank_map(rank_map))
-    return analyze_dumps(recs, dim_options(layout, layout_order, gpus_per_host))
+    return triage(list(paths), _rank_map(rank_map), dim_options(layout, layout_order, gpus_per_host))
 
 
 def _emit(text: str, output: Path | None) -> None:

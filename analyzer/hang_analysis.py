@@ -8,6 +8,7 @@ presenters in ``report/hang.py`` and ``dashboards/hang.py`` read only it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from .ingest.flight_recorder import FlightRecords
 from .metrics import dimensions
@@ -53,3 +54,15 @@ def analyze_dumps(recs: FlightRecords, dims: dimensions.Options | None = None) -
         "entries": recs.entries.height,
     }
     return HangAnalysis(source=source, result=result, warnings=tuple(warnings))
+
+
+def triage(paths: list[Path], rank_map: dict[str, int] | None = None,
+           dims: dimensions.Options | None = None) -> HangAnalysis | None:
+    """The hang analysis when the paths hold Flight Recorder dumps (told by content), else None (traces)."""
+    from .ingest import flight_recorder
+    from .ingest.discover import flight_recorder_files
+
+    files = flight_recorder_files(paths)
+    if not files:
+        return None
+    return analyze_dumps(flight_recorder.load([(f.path, f.rank_hint) for f in files], rank_map), dims)

@@ -258,3 +258,13 @@ def test_commands_that_need_a_timeline_refuse_dumps(tmp_path):
     for args in (("compare", dumps, dumps), ("export", dumps, "-o", tmp_path / "x.pftrace")):
         _one_line_exit_2(cli(*args), "is a Flight Recorder dump", "this command needs profiler traces")
     assert not (tmp_path / "x.pftrace").exists()
+
+
+def test_library_triage():
+    import analyzer
+    from analyzer.errors import UsageError
+
+    a = analyzer.triage(REAL / "wrong_size" / "pickle")
+    assert a.hang["mismatched"] == [{"rank": 3, "op": "all_reduce", "bytes": 2048, "dtype": "Float"}]
+    with pytest.raises(UsageError):
+        analyzer.triage(ROOT / "sample_traces" / "gpu_h200" / "ddp_balanced")
