@@ -268,3 +268,14 @@ def test_library_triage():
     assert a.hang["mismatched"] == [{"rank": 3, "op": "all_reduce", "bytes": 2048, "dtype": "Float"}]
     with pytest.raises(UsageError):
         analyzer.triage(ROOT / "sample_traces" / "gpu_h200" / "ddp_balanced")
+
+
+def test_send_whose_receiver_left_no_dump(tmp_path):
+    truth = write(Job(16, "p2p"), tmp_path / "d")
+    (tmp_path / "d" / "rank15.pkl").unlink()
+    doc = to_dict(analyze(tmp_path / "d"))
+    h = doc["hang"]
+    assert (h["group"], h["op"], h["seq"], h["src"], h["dst"]) == (truth["group"], "send", truth["seq"], 7, 15)
+    assert h["waiting"] == [7] and h["missing"] == [] and h["no_dump"] == [15]
+    assert doc["flight_recorder"]["p2p_unmatched"][0]["peer_has_dump"] is False
+    assert doc["flight_recorder"]["missing_dumps"] == [15]
