@@ -60,8 +60,11 @@ def test_generated_hangs(tmp_path, scenario, ranks, fmt):
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_generated_hangs_4096_ranks(tmp_path, scenario):
     job = Job(4096, scenario, steps=1, culprit=2_345)  # a culprit inside the world, not its last rank
-    truth = write(job, tmp_path / "dumps", "pickle")
-    check(analyze(tmp_path / "dumps"), truth)
+    try:
+        truth = write(job, tmp_path / "dumps", "pickle")
+        check(analyze(tmp_path / "dumps"), truth)
+    finally:
+        shutil.rmtree(tmp_path / "dumps", ignore_errors=True)  # ~120 MB: pytest keeps the last runs' tmp dirs
 
 
 def test_cascade_is_blocked_by_the_root(tmp_path):
