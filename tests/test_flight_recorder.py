@@ -282,3 +282,15 @@ def test_send_whose_receiver_left_no_dump(tmp_path):
     assert h["waiting"] == [7] and h["missing"] == [] and h["no_dump"] == [15]
     assert doc["flight_recorder"]["p2p_unmatched"][0]["peer_has_dump"] is False
     assert doc["flight_recorder"]["missing_dumps"] == [15]
+
+
+def test_dumps_before_2_2_with_one_seq_id(tmp_path):
+    """torch 2.3 wrote version 2.0/2.1 dumps whose entries carry "seq_id", not collective_seq_id / p2p_seq_id."""
+    truth = write(Job(8, "wrong_op"), tmp_path / "d")
+    for p in (tmp_path / "d").glob("*.pkl"):
+        dump = pickle.loads(p.read_bytes())
+        for e in dump["entries"]:
+            e["seq_id"] = e.pop("collective_seq_id")
+            del e["p2p_seq_id"], e["is_p2p"]
+        p.write_bytes(pickle.dumps({**dump, "version": "2.1"}, protocol=2))
+    check(analyze(tmp_path / "d"), truth)

@@ -231,7 +231,10 @@ def rows(path: Path, rank: int, entries: object) -> dict[str, list]:
             retired = bool(e.get("retired", False))
             op, src, dst = names[name] if name in names else names.setdefault(name, _name(name))
             is_p2p = bool(e.get("is_p2p", src is not None)) or src is not None
-            seq = e.get("p2p_seq_id") if is_p2p else e["collective_seq_id"]
+            # dumps before 2.2 (torch 2.3) had one "seq_id" per group for collectives and send/recv alike
+            seq = e.get("p2p_seq_id", e.get("seq_id")) if is_p2p else e.get("collective_seq_id", e.get("seq_id"))
+            if seq is None and not is_p2p:
+                raise KeyError("collective_seq_id")
             vals = (rank, int(e["record_id"]), str(pg[0]), str(pg[1]), int(seq) if seq is not None else None, is_p2p,
                     e.get("op_id"), op, name, src, dst,
                     _bytes(e.get("input_sizes"), e.get("input_dtypes")),
