@@ -294,3 +294,16 @@ def test_dumps_before_2_2_with_one_seq_id(tmp_path):
             del e["p2p_seq_id"], e["is_p2p"]
         p.write_bytes(pickle.dumps({**dump, "version": "2.1"}, protocol=2))
     check(analyze(tmp_path / "d"), truth)
+
+
+def test_nccl_work_retired_by_the_watchdog_still_hangs(tmp_path):
+    """NCCL's watchdog retires timed-out work (its state stays scheduled/started): not done. Gloo, which has no
+    events and keeps every state "scheduled", is done when retired (the real captures test that side)."""
+    truth = write(Job(8, "never_joined"), tmp_path / "d")
+    for p in (tmp_path / "d").glob("*.pkl"):
+        dump = pickle.loads(p.read_bytes())
+        for e in dump["entries"]:
+            if e["state"] != "completed":
+                e.update(state="scheduled", retired=True, time_discovered_started_ns=None)
+        p.write_bytes(pickle.dumps(dump, protocol=2))
+    check(analyze(tmp_path / "d"), truth)

@@ -56,7 +56,7 @@ ENTRY_SCHEMA: dict[str, pl.DataType] = {
     "out_sizes": pl.Utf8,
     "state": pl.Utf8,
     "retired": pl.Boolean,
-    "done": pl.Boolean,  # the op finished on this rank (see _done)
+    "done": pl.Boolean,  # the op finished on this rank (see _done: state for NCCL, retired for gloo)
     "created_ns": pl.Int64,  # wall clock (ns since the epoch) on the rank's host
     "started_ns": pl.Int64,
     "completed_ns": pl.Int64,
@@ -173,14 +173,16 @@ def _rank_list(text: str) -> list:
 _P2P_NAME = re.compile(r"^(?:\w+:)?(send|recv)\s+(\d+)\s*(->|<-)\s*(\d+)")
 
 
-def _name(profiling_name: str) -> tuple[str | None, int | None, int | None]:
-    """"nccl:all_reduce" -> (all_reduce, None, None); "nccl:send 0->1" / "nccl:recv 1<-0" -> (op, src, dst)."""
+def _name(profiling_name: str) -> tuple[str | None, int | None, int | None, str]:
+    """"nccl:all_reduce" -> (all_reduce, None, None, nccl); "gloo:send 0->1" / "nccl:recv 1<-0" -> (op, src, dst,
+    backend)."""
+    backend = profiling_name.split(":", 1)[0] if ":" in profiling_name else ""
     m = _P2P_NAME.match(profiling_name)
     if not m:
-        return op_from_collective_name(profiling_name.split(":", 1)[-1].split(" ")[0]), None, None
+        return op_from_collective_name(profiling_name.split(":", 1)[-1].split(" ")[0]), None, None, backend
     a, b = int(m.group(2)), int(m.group(4))
     src, dst = (a, b) if m.group(3) == "->" else (b, a)
-    return m.group(1), src, dst
+    return m.group(1), src, dst, backend
 
 
 def _bytes(sizes: object, dtypes: object) -> int | None:
@@ -195,12 +197,13 @@ def _bytes(sizes: object, dtypes: object) -> int | None:
         return None
 
 
-def _done(state: str, retired: bool) -> bool:
-    """Finished on this rank. NCCL updates ``state`` from the work's CUDA events; gloo never does (every
-    entry stays "scheduled") but retires an entry when its work finishes, so a retired entry counts as done
-    unless its state says it started and never completed. Gloo also retires work that failed because a peer
-    went away: a dump taken after a peer exited shows the op it waited in as finished."""
-    return state == "completed" or (retired and state != "started")
+def _done(state: str, retired: bool, backend: str) -> bool:
+    """Finished on this rank. NCCL (and the other event-backed backends) set ``state`` from the work's end
+    event, also when the watchdog retires it, and retires timed-out work too: only "completed" is done.
+    Gloo records no events (every entry stays "scheduled") and retires an entry when its work ends, so there
+    ``retired`` is done. Gloo also retires work that failed because a peer went away: a dump taken after a
+    peer exited shows the op it waited in as finished."""
+    return state == "completed" or (backend == "gloo" and retired)
 
 
 def _time(v: object) -> int | None:
@@ -222,14 +225,14 @@ def rows(path: Path, rank: int, entries: object) -> dict[str, list]:
     if not isinstance(entries, list):
         raise TraceError(path, "'entries' is not a list", "the dump is damaged; copy it again")
     cols: dict[str, list] = {c: [] for c in _COLUMNS}
-    names: dict[str, tuple[str | None, int | None, int | None]] = {}
+    names: dict[str, tuple[str | None, int | None, int | None, str]] = {}
     for i, e in enumerate(entries):
         try:
             pg = e["process_group"]
             name = str(e["profiling_name"])
             state = str(e["state"])
             retired = bool(e.get("retired", False))
-            op, src, dst = names[name] if name in names else names.setdefault(name, _name(name))
+            op, src, dst, backend = names[name] if name in names else names.setdefault(name, _name(name))
             is_p2p = bool(e.get("is_p2p", src is not None)) or src is not None
             # dumps before 2.2 (torch 2.3) had one "seq_id" per group for collectives and send/recv alike
             seq = e.get("p2p_seq_id", e.get("seq_id")) if is_p2p else e.get("collective_seq_id", e.get("seq_id"))
@@ -240,7 +243,7 @@ def rows(path: Path, rank: int, entries: object) -> dict[str, list]:
                     _bytes(e.get("input_sizes"), e.get("input_dtypes")),
                     _bytes(e.get("output_sizes"), e.get("output_dtypes")),
                     (e.get("input_dtypes") or e.get("output_dtypes") or [None])[0],
-                    str(e.get("input_sizes")), str(e.get("output_sizes")), state, retired, _done(state, retired),
+                    str(e.get("input_sizes")), str(e.get("output_sizes")), state, retired, _done(state, retired, backend),
                     _time(e.get("time_created_ns")), _time(e.get("time_discovered_started_ns")),
                     _time(e.get("time_discovered_completed_ns")), e.get("duration_ms"), e.get("timeout_ms"),
                     _frames(e.get("frames")))
