@@ -126,7 +126,9 @@ def test_real_captures_match_ground_truth(scenario, encoding):
     for want in truth["mismatched"]:
         got = {m["rank"]: m for m in h["mismatched"]}[want["rank"]]
         assert all(got[k] == v for k, v in want.items())
-        assert f"rank {culprit} called {want['op']}" in first
+        said = f"rank {culprit} called {want['op']} (" if want["op"] != truth["op"] else \
+            f"rank {culprit} called it with {want['bytes'] // 1024} KiB"
+        assert said in first, first
     if encoding == "pickle":  # pickles carry stacks: the culprit's own line in the capture script
         assert "capture_flight_recorder.py" in h["stacks"][str(culprit)]["user_frame"]
 

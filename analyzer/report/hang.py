@@ -81,8 +81,9 @@ def hang_sentence(h: dict) -> str:
             if bits:
                 clauses.append("; ".join(bits))
     for m in h["mismatched"][:5]:
-        clauses.append(f"rank {m['rank']} called {m['op']} ({size_text(m['bytes'])}"
-                       + (f", {m['dtype']}" if m["dtype"] else "") + ") instead")
+        what = f"{size_text(m['bytes'])}" + (f", {m['dtype']}" if m["dtype"] else "")
+        clauses.append(f"rank {m['rank']} called it with {what}" if m["op"] == h["op"]
+                       else f"rank {m['rank']} called {m['op']} ({what}) instead")
     if h["no_dump"]:
         clauses.append(f"{ranks_text(h['no_dump'])} left no dump")
     for r, s in list(h["stacks"].items())[:2]:
