@@ -309,3 +309,24 @@ def test_nccl_work_retired_by_the_watchdog_still_hangs(tmp_path):
                 e.update(state="scheduled", retired=True, time_discovered_started_ns=None)
         p.write_bytes(pickle.dumps(dump, protocol=2))
     check(analyze(tmp_path / "d"), truth)
+
+
+def test_split_groups_sharing_a_name(tmp_path):
+    """torch's split_group can give sibling subgroups one name: members (from pg_config) tell them apart."""
+    truth = write(Job(16, "wrong_op"), tmp_path / "d")  # tp groups "1" (0-7) and "2" (8-15); culprit 15
+    for p in (tmp_path / "d").glob("*.pkl"):
+        dump = pickle.loads(p.read_bytes())
+        cfg = dump["pg_config"]
+        for name in [n for n, c in cfg.items() if c["desc"] == "mesh_tp"]:
+            cfg["tp_split"] = {**cfg.pop(name), "name": "tp_split"}
+        for e in dump["entries"]:
+            if e["process_group"][1] == "mesh_tp":
+                e["process_group"] = ("tp_split", "mesh_tp")
+        p.write_bytes(pickle.dumps(dump, protocol=2))
+    doc = to_dict(analyze(tmp_path / "d"))
+    h = doc["hang"]
+    assert (h["group"], h["group_ranks"], h["seq"], h["op"]) == ("tp_split [8]", list(range(8, 16)), truth["seq"],
+                                                                 "all_reduce")
+    assert h["mismatched"][0]["rank"] == 15
+    labels = {g["label"]: g["ranks"] for g in doc["process_groups"] if g["pg"] == "tp_split"}
+    assert labels == {"tp_split [0]": list(range(8)), "tp_split [8]": list(range(8, 16))}
