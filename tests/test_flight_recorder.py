@@ -213,16 +213,19 @@ def test_unknown_version_and_non_dump_pickles(tmp_path):
     write(Job(8, "never_joined"), tmp_path / "d")
     dump = pickle.loads((tmp_path / "d" / "rank1.pkl").read_bytes())
     (tmp_path / "d" / "rank1.pkl").write_bytes(pickle.dumps({**dump, "version": "3.0"}, protocol=2))
-    (tmp_path / "d" / "rank2.pkl").write_bytes(pickle.dumps([1, 2, 3], protocol=2))
+    (tmp_path / "d" / "rank2.pkl").write_bytes(pickle.dumps({"version": "2.10", "pg_config": {}}, protocol=2))
+    (tmp_path / "d" / "model.pkl").write_bytes(pickle.dumps([1, 2, 3], protocol=2))  # not a dump: not opened
     doc = json.loads(cli("analyze", tmp_path / "d", "--format", "json").stdout)
     assert doc["hang"]["missing"] == [7]
     reasons = {Path(s["path"]).name: s["reason"] for s in doc["source"]["skipped"]}
     assert "version '3.0'" in reasons["rank1.pkl"] and "not a Flight Recorder dump" in reasons["rank2.pkl"]
-    assert doc["flight_recorder"]["missing_dumps"] == [1, 2]
+    assert doc["flight_recorder"]["missing_dumps"] == [1, 2] and "model.pkl" not in reasons
     one = tmp_path / "one"
     one.mkdir()
     shutil.copy(tmp_path / "d" / "rank1.pkl", one)
     _one_line_exit_2(cli("analyze", one / "rank1.pkl"), "rank1.pkl", "version '3.0'")
+    # a pickle named on the command line is read (restricted) and refused with the reason
+    _one_line_exit_2(cli("analyze", tmp_path / "d" / "model.pkl"), "model.pkl", "not a Flight Recorder dump")
 
 
 def test_dumps_of_two_jobs_are_refused(tmp_path):

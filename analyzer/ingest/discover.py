@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import TraceError, UsageError
-from .flight_recorder import looks_like_dump
+from .flight_recorder import is_pickle, looks_like_dump
 from .source import GZIP_MAGIC, SQLITE_MAGIC, head, refuse_special, strip_bom
 
 _TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".nsys-rep", ".gz", ".pkl", ".pickle")
@@ -63,6 +63,15 @@ def _as_text(raw: bytes) -> bytes:
     return raw
 
 
+def explicit_format(path: Path) -> str:
+    """A file the user named is always read: any pickle by the Flight Recorder reader (whose restricted
+    unpickler says what is wrong with it), anything else unknown by the Kineto reader."""
+    fmt = sniff(path)
+    if fmt is None and is_pickle(head(path, 2)):
+        return "flight_recorder"
+    return fmt or "kineto"  # the reader then says precisely what is wrong with it
+
+
 def _candidate(name: str) -> bool:
     return name.endswith(_TRACE_SUFFIXES) or bool(_FR_NAME.search(name))
 
@@ -77,7 +86,7 @@ def flight_recorder_files(paths: list[Path]) -> list[TraceFile] | None:
                 continue
             if sniff(first) != "flight_recorder":
                 return None
-        elif p.is_file() and sniff(p) != "flight_recorder":
+        elif p.is_file() and explicit_format(p) != "flight_recorder":
             return None
     found = discover(paths)
     others = [f for f in found if f.format != "flight_recorder"]
@@ -101,7 +110,7 @@ def discover(paths: list[Path]) -> list[TraceFile]:
                 if fmt:
                     found.append(TraceFile(child, fmt, rank_from_name(child.name)))
         else:
-            fmt = sniff(p) or "kineto"  # the reader then says precisely what is wrong with it
+            fmt = explicit_format(p)
             found.append(TraceFile(p, fmt, rank_from_name(p.name)))
     if not found:
         raise UsageError(f"no trace files found in {', '.join(str(p) for p in paths)} "

@@ -91,10 +91,14 @@ class _NoGlobals(pickle.Unpickler):
         raise pickle.UnpicklingError(f"refused to load {module}.{name} (a Flight Recorder dump holds no objects)")
 
 
+def is_pickle(start: bytes) -> bool:
+    return start[:1] == PICKLE_PROTO and start[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05")
+
+
 def looks_like_dump(start: bytes) -> bool:
-    """Flight Recorder by content: a pickle (torch writes protocol 2), or JSON whose entries carry seq ids."""
-    if start[:1] == PICKLE_PROTO and start[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05"):
-        return True  # any pickle: only the restricted reader may open it, and it says what is wrong
+    """Flight Recorder by content: a pickle of the dump's keys, or JSON whose entries carry seq ids."""
+    if is_pickle(start):  # torch pickles the dump dict with "version" as its first key
+        return b"version" in start[:64] and (b"entries" in start or b"pg_config" in start)
     text = start.lstrip()
     return text[:1] == b"{" and b'"entries"' in text and (b'"collective_seq_id"' in text or b'"pg_config"' in text
                                                          or b'"profiling_name"' in text)
@@ -279,9 +283,13 @@ def load(files: list[tuple[Path, int | None]], rank_map: dict[str, int] | None =
     members: dict[str, tuple[int, ...]] = {}
     for path, hint in files:
         rank = rank_map.get(str(path), rank_map.get(path.name, hint))
-        if rank is None:
-            skipped.append((str(path), "the file name does not say its rank (name it rank<N>.pkl or pass "
-                                       "--rank-map FILE=RANK)"))
+        if rank is None:  # what is wrong with the content comes first, then the name
+            try:
+                read(path, -1, members)
+                reason = "the file name does not say its rank (name it rank<N>.pkl or pass --rank-map FILE=RANK)"
+            except TraceError as exc:
+                reason = exc.problem + (f" ({exc.hint})" if exc.hint else "")
+            skipped.append((str(path), reason))
             continue
         if rank in owner:
             raise UsageError(f"{owner[rank]} and {path} are both rank {rank}'s dump: dumps of two jobs or two "
