@@ -56,7 +56,7 @@ def analyze(entries: pl.DataFrame, dump_ranks: list[int], pg_config: dict[int, d
         pl.col("pg").first(),
     )
     pending_at = _pending_positions(e)
-    stuck, grid = _collective_hangs(per, groups, have, pending_at)
+    stuck, grid = _collective_hangs(per, groups, have)
     unmatched = _p2p_unmatched(e, groups, have)
     stuck += [_p2p_hang(u, groups) for u in unmatched if u["waiting"]]
     _blocked_by(stuck, pending_at)
@@ -152,8 +152,7 @@ def _pending_positions(e: pl.DataFrame) -> dict[int, tuple[str, bool, int]]:
     return {r["rank"]: (r["gid"], r["is_p2p"], r["seq"]) for r in first.iter_rows(named=True)}
 
 
-def _collective_hangs(per: pl.DataFrame, groups: pl.DataFrame, have: set[int],
-                      pending_at: dict) -> tuple[list[dict], pl.DataFrame]:
+def _collective_hangs(per: pl.DataFrame, groups: pl.DataFrame, have: set[int]) -> tuple[list[dict], pl.DataFrame]:
     span = per.group_by("gid", "rank").agg(pl.col("seq").min().alias("lo"), pl.col("seq").max().alias("hi"))
     open_seq = per.filter(~pl.col("done")).group_by("gid").agg(pl.col("seq").min().alias("open"))
     top = span.group_by("gid").agg(pl.col("hi").max().alias("top"))
