@@ -333,3 +333,38 @@ def test_split_groups_sharing_a_name(tmp_path):
     assert h["mismatched"][0]["rank"] == 15
     labels = {g["label"]: g["ranks"] for g in doc["process_groups"] if g["pg"] == "tp_split"}
     assert labels == {"tp_split [0]": list(range(8)), "tp_split [8]": list(range(8, 16))}
+
+
+def test_damaged_dumps_only_ever_raise_trace_errors(tmp_path, capfd):
+    """Real dumps cut short or with flipped bytes (seeded): each one reads or fails with a TraceError, and
+    nothing else reaches stderr (CPython prints a SystemError for some corrupt bytearray lengths)."""
+    import random
+
+    from analyzer.errors import TraceError
+
+    rng = random.Random(7)
+    sources = [(REAL / "wrong_op" / "pickle" / "rank3.pkl").read_bytes(),
+               (REAL / "wrong_op" / "json" / "rank3.json").read_bytes()]
+    refused = 0
+    for i in range(600):
+        b = bytearray(sources[i % 2])
+        if rng.random() < 0.3:
+            b = b[: rng.randrange(1, len(b))]
+        else:
+            for _ in range(rng.randrange(1, 6)):
+                b[rng.randrange(len(b))] = rng.randrange(256)
+        p = tmp_path / f"rank{i}.bin"
+        p.write_bytes(bytes(b))
+        try:
+            fr.table([fr.read(p, 0)[1]])
+        except TraceError:
+            refused += 1
+    # one byte turned into BYTEARRAY8 (0x96) with an absurd length: MemoryError, and CPython prints a stray
+    # "SystemError: deallocated bytearray object has exported buffers" unless the reader keeps it quiet
+    b = bytearray(sources[0])
+    b[1958] = 0x96
+    (tmp_path / "rank_big.pkl").write_bytes(bytes(b))
+    with pytest.raises(TraceError, match="truncated or corrupt"):
+        fr.read(tmp_path / "rank_big.pkl", 0)
+    assert refused > 300
+    assert capfd.readouterr().err == ""

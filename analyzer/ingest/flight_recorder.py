@@ -22,6 +22,7 @@ import io
 import math
 import pickle
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -91,6 +92,17 @@ class _NoGlobals(pickle.Unpickler):
         raise pickle.UnpicklingError(f"refused to load {module}.{name} (a Flight Recorder dump holds no objects)")
 
 
+def _load(data: bytes) -> object:
+    # a corrupt length in a bytearray opcode makes CPython's unpickler fail with MemoryError and print a
+    # SystemError through sys.excepthook on the way out; the MemoryError is reported, the stray line is not
+    hook = sys.excepthook
+    sys.excepthook = lambda *_: None
+    try:
+        return _NoGlobals(io.BytesIO(data)).load()
+    finally:
+        sys.excepthook = hook
+
+
 def is_pickle(start: bytes) -> bool:
     return start[:1] == PICKLE_PROTO and start[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05")
 
@@ -110,11 +122,11 @@ def decode(path: Path) -> tuple[dict, str]:
     encoding = "pickle" if data[:1] == PICKLE_PROTO else "json"
     if encoding == "pickle":
         try:
-            doc = _NoGlobals(io.BytesIO(data)).load()
+            doc = _load(data)
         except pickle.UnpicklingError as exc:
             raise TraceError(path, f"is not a plain Flight Recorder pickle: {exc}",
                              "it was not loaded; dumps from torch hold only dicts, lists and numbers") from None
-        except (EOFError, ValueError, IndexError, KeyError, TypeError, OverflowError, MemoryError) as exc:
+        except Exception as exc:  # noqa: BLE001 - no code runs here (no globals): anything else is damaged data
             raise TraceError(path, f"is a truncated or corrupt pickle ({type(exc).__name__}: {exc})",
                              "copy the dump again") from None
     elif data[:2] == GZIP_MAGIC:
@@ -122,7 +134,7 @@ def decode(path: Path) -> tuple[dict, str]:
     else:
         try:
             doc = msgspec.json.decode(data)
-        except msgspec.DecodeError as exc:
+        except (msgspec.DecodeError, ValueError) as exc:  # ValueError: bytes that are not UTF-8
             raise TraceError(path, f"is not valid JSON ({exc}); truncated?", "copy the dump again") from None
     if not isinstance(doc, dict) or "entries" not in doc or "version" not in doc:
         raise TraceError(path, "is not a Flight Recorder dump (no 'version' and 'entries' keys)",
@@ -251,7 +263,7 @@ def rows(path: Path, rank: int, entries: object) -> dict[str, list]:
                     _time(e.get("time_created_ns")), _time(e.get("time_discovered_started_ns")),
                     _time(e.get("time_discovered_completed_ns")), e.get("duration_ms"), e.get("timeout_ms"),
                     _frames(e.get("frames")))
-        except (KeyError, TypeError, IndexError, ValueError, AttributeError) as exc:
+        except (KeyError, TypeError, IndexError, ValueError, AttributeError, RecursionError) as exc:
             raise TraceError(path, f"entry {i} lacks a Flight Recorder field or has a bad value ({exc!r})",
                              "the dump is damaged or not from torch; copy it again") from None
         for c, v in zip(_COLUMNS, vals):
