@@ -150,8 +150,14 @@ def analyze(paths: tuple[Path, ...], fmt: str, output: Path | None, show_steps: 
 
     def run() -> None:
         if hang := hang_triage(paths, rank_map, layout, layout_order, gpus_per_host):
+            from .errors import UsageError
             from .report import render
 
+            unused = [o for o, v in (("--ranks", ranks), ("--steps", show_steps), ("--whatif", whatif_specs),
+                                     ("--scheduler", scheduler), ("--step-marker", step_marker)) if v]
+            if unused:  # not silently ignored: they select parts of a timeline, which dumps do not have
+                raise UsageError(f"{', '.join(unused)}: profiler-trace options; Flight Recorder dumps get the "
+                                 "whole hang triage (drop them)")
             return _emit(render(hang, fmt), output)
         if not scheduler:
             start_workers(paths, jobs, not no_cache)

@@ -368,3 +368,8 @@ def test_damaged_dumps_only_ever_raise_trace_errors(tmp_path, capfd):
         fr.read(tmp_path / "rank_big.pkl", 0)
     assert refused > 300
     assert capfd.readouterr().err == ""
+
+
+def test_trace_only_options_are_refused_not_ignored():
+    out = cli("analyze", REAL / "skip" / "json", "--ranks", "0-1")
+    _one_line_exit_2(out, "--ranks", "Flight Recorder dumps")
