@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from .analysis import Analysis
+    from .hang_analysis import HangAnalysis
 
 __version__ = "0.1.0"
 
@@ -46,4 +47,19 @@ def analyze(*paths: str | PathLike[str], ranks: Iterable[int] | None = None, ste
     return run_analysis(load([Path(p) for p in paths], opts))
 
 
-__all__ = ["analyze", "__version__"]
+def triage(*paths: str | PathLike[str], rank_map: dict[str, int] | None = None) -> HangAnalysis:
+    """Hang triage of Flight Recorder dumps (files or folders of per-rank dumps): what ``commscope analyze``
+    prints for them. ``.hang`` is the JSON report's ``hang`` dict (None: no group hangs); ``.result`` holds every
+    stuck group, the process groups, the group x seq grid and unmatched send/recv."""
+    from pathlib import Path
+
+    from .errors import UsageError
+    from .hang_analysis import triage as run_triage
+
+    found = run_triage([Path(p) for p in paths], dict(rank_map or {})) if paths else None
+    if found is None:
+        raise UsageError("triage() needs Flight Recorder dumps (pickle or JSON, one per rank)")
+    return found
+
+
+__all__ = ["analyze", "triage", "__version__"]

@@ -131,6 +131,22 @@ def step_summary(markdown: str) -> None:
             f.write(markdown + "\n")
 
 
+def hang_triage(paths: tuple[Path, ...], rank_map: tuple[str, ...], layout: str | None, layout_order: str | None,
+                gpus_per_host: int):
+    """The hang analysis when the paths are Flight Recorder dumps (by content), else None (traces)."""
+    from .hang_analysis import triage
+
+    return triage(list(paths), _rank_map(rank_map), dim_options(layout, layout_order, gpus_per_host))
+
+
+def _emit(text: str, output: Path | None) -> None:
+    if output:
+        output.write_text(text, encoding="utf-8")
+        click.echo(f"wrote {output}", err=True)
+    else:
+        click.echo(text, nl=False)
+
+
 @click.group()
 @click.version_option(package_name="commscope")
 def main() -> None:
@@ -159,6 +175,16 @@ def analyze(paths: tuple[Path, ...], fmt: str, output: Path | None, show_steps: 
     """Analyze traces (files or folders of ranks): overlap, exposed communication, waits, stragglers."""
 
     def run() -> None:
+        if hang := hang_triage(paths, rank_map, layout, layout_order, gpus_per_host):
+            from .errors import UsageError
+            from .report import render
+
+            unused = [o for o, v in (("--ranks", ranks), ("--steps", show_steps), ("--whatif", whatif_specs),
+                                     ("--scheduler", scheduler), ("--step-marker", step_marker)) if v]
+            if unused:  # not silently ignored: they select parts of a timeline, which dumps do not have
+                raise UsageError(f"{', '.join(unused)}: profiler-trace options; Flight Recorder dumps get the "
+                                 "whole hang triage (drop them)")
+            return _emit(render(hang, fmt), output)
         if not scheduler:
             start_workers(paths, jobs, not no_cache)
         from .analysis import analyze as run_analysis
@@ -209,6 +235,12 @@ def dashboard(paths: tuple[Path, ...], host: str, port: int, debug: bool, max_re
     """Serve the interactive dashboard over these traces (loaded and analyzed once)."""
 
     def run() -> None:
+        if hang := hang_triage(paths, rank_map, layout, layout_order, gpus_per_host):
+            from dashboards.hang import serve_hang
+
+            click.echo(f"commscope dashboard: hang triage of {len(hang.source['ranks'])} dumps on "
+                       f"http://{host}:{port}/", err=True)
+            return serve_hang(hang, host=host, port=port, debug=debug)
         start_workers(paths, jobs, not no_cache)
         from dashboards.app import serve
 

@@ -192,6 +192,9 @@ def _from_workers(stored: list[_Stored]) -> list[list[RankTrace] | None]:
 def load(paths: list[Path], options: LoadOptions | None = None) -> TraceSet:
     options = options or LoadOptions()
     files = discover(paths)
+    if dumps := [f for f in files if f.format == "flight_recorder"]:  # no timeline in them: hang triage only
+        raise UsageError(f"{dumps[0].path} is a Flight Recorder dump: `commscope analyze` and `commscope dashboard` "
+                         "triage hangs from dumps; this command needs profiler traces")
     results = _read_all(files, options)
     if options.cache and not options.scheduler:
         from .cachedir import mark_seen

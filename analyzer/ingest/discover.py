@@ -8,9 +8,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import TraceError, UsageError
+from .flight_recorder import is_pickle, looks_like_dump
 from .source import GZIP_MAGIC, SQLITE_MAGIC, head, refuse_special, strip_bom
 
-_TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".nsys-rep", ".gz")
+_TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".nsys-rep", ".gz", ".pkl", ".pickle")
+_FR_NAME = re.compile(r"(?i)rank[-_]?\d+$")  # Flight Recorder's own dump files have no suffix: nccl_trace_rank_3
 _OPTABLE_SUFFIXES = (".parquet", ".arrow", ".feather", ".ipc", ".csv")  # op tables (ingest/optable_frame.py)
 _RANK_PATTERNS = (
     re.compile(r"(?i)rank[-_]?(\d+)"),
@@ -22,12 +24,8 @@ _RANK_PATTERNS = (
 @dataclass(frozen=True)
 class TraceFile:
     path: Path
-    format: str  # "kineto" | "nsys"
+    format: str  # "kineto" | "nsys" | "flight_recorder"
     rank_hint: int | None
-
-
-def _candidate(name: str) -> bool:
-    return name.endswith(_TRACE_SUFFIXES) or name.lower().endswith(_OPTABLE_SUFFIXES)
 
 
 def rank_from_name(name: str) -> int | None:
@@ -52,6 +50,8 @@ def sniff(path: Path) -> str | None:
         if start.startswith(SQLITE_MAGIC):
             return "nsys"
         text = strip_bom(_as_text(start))
+        if looks_like_dump(text):
+            return "flight_recorder"
         if text.lstrip()[:1] == b"{" and any(k in text for k in (b'"traceEvents"', b'"schemaVersion"', b'"ph"')):
             return "kineto"
         if len(start) < size:
@@ -68,6 +68,41 @@ def _as_text(raw: bytes) -> bytes:
     return raw
 
 
+def explicit_format(path: Path) -> str:
+    """A file the user named is always read: any pickle by the Flight Recorder reader (whose restricted
+    unpickler says what is wrong with it), anything else unknown by the Kineto reader."""
+    fmt = sniff(path)
+    if fmt is None and is_pickle(head(path, 2)):
+        return "flight_recorder"
+    if fmt is None and path.name.lower().endswith(_OPTABLE_SUFFIXES):
+        return "optable"
+    return fmt or "kineto"  # the reader then says precisely what is wrong with it
+
+
+def _candidate(name: str) -> bool:
+    return name.endswith(_TRACE_SUFFIXES) or name.lower().endswith(_OPTABLE_SUFFIXES) or bool(_FR_NAME.search(name))
+
+
+def flight_recorder_files(paths: list[Path]) -> list[TraceFile] | None:
+    """The Flight Recorder dumps among the paths, or None when they are traces (decided by the first file
+    that sniffs: a trace folder costs one extra small read). A mix of dumps and traces is refused."""
+    for p in paths:
+        if p.is_dir():
+            first = next((c for c in sorted(p.rglob("*")) if c.is_file() and _candidate(c.name) and sniff(c)), None)
+            if first is None:
+                continue
+            if sniff(first) != "flight_recorder":
+                return None
+        elif p.is_file() and explicit_format(p) != "flight_recorder":
+            return None
+    found = discover(paths)
+    others = [f for f in found if f.format != "flight_recorder"]
+    if others and len(others) < len(found):
+        raise UsageError(f"{others[0].path} is a {others[0].format} trace among Flight Recorder dumps: "
+                         "analyze dumps and traces separately")
+    return found if not others else None
+
+
 def discover(paths: list[Path]) -> list[TraceFile]:
     """Expand folders; explicit files are always taken (and fail loudly), folder members only if they sniff."""
     found: list[TraceFile] = []
@@ -82,8 +117,7 @@ def discover(paths: list[Path]) -> list[TraceFile]:
                 if fmt:
                     found.append(TraceFile(child, fmt, rank_from_name(child.name)))
         else:
-            # the reader then says precisely what is wrong with it
-            fmt = sniff(p) or ("optable" if p.name.lower().endswith(_OPTABLE_SUFFIXES) else "kineto")
+            fmt = explicit_format(p)
             found.append(TraceFile(p, fmt, rank_from_name(p.name)))
     if not found:
         raise UsageError(f"no trace files found in {', '.join(str(p) for p in paths)} "

@@ -6,9 +6,16 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # presenters of the run history (trend_*) need no analysis stages
     from ..analysis import Analysis
+    from ..hang_analysis import HangAnalysis
 
 
-def render(a: Analysis, fmt: str, show_steps: bool = False, wide: bool = False) -> str:
+def render(a: Analysis | HangAnalysis, fmt: str, show_steps: bool = False, wide: bool = False) -> str:
+    from ..hang_analysis import HangAnalysis  # here: the trend presenters import this package without any stage
+
+    if isinstance(a, HangAnalysis):  # Flight Recorder input: hang triage, not a timeline
+        from . import hang, hang_json
+
+        return hang_json.render(a) if fmt == "json" else getattr(hang, fmt)(a)
     if fmt == "json":
         from . import json
 

@@ -1,0 +1,56 @@
+"""Hang triage in the JSON contract (``commscope.analysis/1``): the trace keys empty, ``hang`` filled.
+
+A Flight Recorder input has no timeline, so ``ranks``, ``steps``, ``collectives`` ... are empty and the
+answer is under ``hang`` (DESIGN's key) and ``flight_recorder`` (every stuck group, the group x seq grid,
+unmatched send/recv, missing dumps). Times are wall-clock ns since the epoch where the key says ``_ns``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from ..hang_analysis import HangAnalysis
+from .json import SCHEMA, _records, clean, dumps
+
+HANG_FIELDS = ("group", "dimension", "seq", "op", "bytes", "dtype", "waiting", "missing", "mismatched",
+               "last_completed", "stacks", "kind", "pg", "desc", "group_ranks", "src", "dst", "no_dump",
+               "completed", "since_ns", "since_utc", "root", "blocked_by", "last_entry")
+GROUP_FIELDS = ("pg", "desc", "ranks", "size", "dimension", "dimension_source", "guess", "intra_node", "label",
+                "state", "members_source")
+GRID_FIELDS = ("label", "seq", "op", "size", "completed", "waiting", "missing", "no_dump")
+P2P_FIELDS = ("pg", "op", "src", "dst", "rank", "peer", "seq", "bytes", "dtype", "since_ns", "peer_has_dump")
+
+
+def _hang(h: dict | None) -> dict | None:
+    if h is None:
+        return None
+    since = datetime.fromtimestamp(h["since_ns"] / 1e9, tz=timezone.utc) if h["since_ns"] else None
+    full = {**h, "since_utc": since.isoformat(timespec="milliseconds") if since else None,
+            "src": h.get("src"), "dst": h.get("dst"),
+            "completed": len(h["completed"])}  # a count: the members that finished it (thousands at scale)
+    return clean({k: full.get(k) for k in HANG_FIELDS})
+
+
+def to_dict(a: HangAnalysis) -> dict:
+    r = a.result
+    return {
+        "schema": SCHEMA,
+        "source": clean(a.source),
+        "ranks": [], "steps": [], "collectives": [], "bandwidth": [],
+        "stragglers": {"verdict": None, "roots": [], "ranking": []},
+        "clock": {"method": "none", "offsets_us": {}, "uncertainty_us": None},
+        "process_groups": _records(r.groups, GROUP_FIELDS),
+        "dimensions": [], "pipeline": None, "experts": None, "matching": {}, "critical_path": [], "whatif": None,
+        "hang": _hang(r.hang),
+        "flight_recorder": {
+            "stuck": [_hang(h) for h in r.stuck],
+            "missing_dumps": list(r.missing_dumps),
+            "p2p_unmatched": [clean({k: u.get(k) for k in P2P_FIELDS}) for u in r.p2p_unmatched],
+            "grid": _records(r.grid, GRID_FIELDS),
+        },
+        "warnings": list(a.warnings),
+    }
+
+
+def render(a: HangAnalysis) -> str:
+    return dumps(to_dict(a)) + "\n"
