@@ -187,6 +187,10 @@ def _from_workers(stored: list[_Stored]) -> list[list[RankTrace] | None]:
 def load(paths: list[Path], options: LoadOptions | None = None) -> TraceSet:
     options = options or LoadOptions()
     files = discover(paths)
+    if any(f.format == "nccl_inspector" for f in files):  # one job's logs are read together (ranks span files)
+        from .ingest.nccl_inspector import load_logs
+
+        return load_logs(files, options.ranks)
     results = _read_all(files, options)
     if options.cache and not options.scheduler:
         from .cachedir import mark_seen

@@ -8,9 +8,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import TraceError, UsageError
+from .nccl_inspector import sniff as inspector_sniff
 from .source import GZIP_MAGIC, SQLITE_MAGIC, head, refuse_special, strip_bom
 
-_TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".nsys-rep", ".gz")
+_TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".nsys-rep", ".gz",
+                   ".log", ".jsonl")  # NCCL Inspector: <hostname>-pid<pid>.log (JSON lines)
 _RANK_PATTERNS = (
     re.compile(r"(?i)rank[-_]?(\d+)"),
     re.compile(r"(?i)[-_.](\d+)\.(?:pt\.trace\.)?json(?:\.gz)?$"),
@@ -21,7 +23,7 @@ _RANK_PATTERNS = (
 @dataclass(frozen=True)
 class TraceFile:
     path: Path
-    format: str  # "kineto" | "nsys"
+    format: str  # "kineto" | "nsys" | "nccl_inspector"
     rank_hint: int | None
 
 
@@ -42,6 +44,8 @@ def sniff(path: Path) -> str | None:
         start = head(path, size)
         if start.startswith(SQLITE_MAGIC):
             return "nsys"
+        if inspector_sniff(start):
+            return "nccl_inspector"
         text = strip_bom(_as_text(start))
         if text.lstrip()[:1] == b"{" and any(k in text for k in (b'"traceEvents"', b'"schemaVersion"', b'"ph"')):
             return "kineto"
@@ -77,5 +81,5 @@ def discover(paths: list[Path]) -> list[TraceFile]:
             found.append(TraceFile(p, fmt, rank_from_name(p.name)))
     if not found:
         raise UsageError(f"no trace files found in {', '.join(str(p) for p in paths)} "
-                         "(expected *.pt.trace.json[.gz], *.json[.gz] or *.sqlite)")
+                         "(expected *.pt.trace.json[.gz], *.json[.gz], *.sqlite or NCCL Inspector *.log)")
     return found

@@ -1,0 +1,434 @@
+"""NCCL Inspector logs (NVIDIA/nccl ``plugins/profiler/inspector``, JSON mode) -> one TraceSet.
+
+The plugin writes one ``<hostname>-pid<pid>.log`` per process (``inspector.cc``), one JSON object per
+line per completed operation (``inspector_json.cc``, format ``v4.0``)::
+
+    {"header": {"id", "comm_name", "rank", "n_ranks", "nnodes"},          # the communicator; rank within it
+     "metadata": {"inspector_output_format_version", "git_rev", "rec_mechanism", "dump_timestamp_us",
+                  "hostname", "pid"},
+     "coll_perf": {"coll", "coll_sn", "coll_msg_size_bytes", "coll_exec_time_us", "coll_timing_source",
+                   "coll_algobw_gbs", "coll_busbw_gbs",
+                   # NCCL_INSPECTOR_DUMP_VERBOSE=1 only (host gettimeofday microseconds):
+                   "event_trace_sn": {...}, "event_trace_ts": {"coll_start_ts", "coll_stop_ts",
+                       "kernel_events": [{"channel_id", "kernel_start_ts", "kernel_stop_ts", "kernel_record_ts"}]}}}
+    (or "p2p_perf": {"p2p", "p2p_sn", "p2p_peer", "p2p_msg_size_bytes", "p2p_exec_time_us", ...})
+
+``coll_exec_time_us`` is the longest channel's kernel time on the GPU clock; ``coll_sn`` is NCCL's
+sequence number within the communicator, the same on every member, so ``(id, coll_sn)`` names one
+instance across ranks. The JSON has no algorithm or protocol (only the Prometheus mode labels them);
+``coll_algo`` / ``coll_proto`` are read where a writer adds them.
+
+Ranks: a communicator's ``rank`` is the rank within it. A process (hostname + pid) is one global rank,
+numbered by its rank in the largest communicator every process belongs to (the world communicator);
+without one, by hostname and pid order, with a warning. Decoding: ``msgspec`` decodes a batch of lines as one
+JSON array into small Structs (the repeated ``header`` / ``metadata`` objects stay raw bytes and are decoded
+once per distinct value), then the batch becomes Polars columns; a batch that fails is decoded line by line so
+a bad line costs only itself (counted, with the first line number, in a warning).
+"""
+
+from __future__ import annotations
+
+import gzip
+import re
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import msgspec
+import polars as pl
+from msgspec import Raw, Struct
+
+from ..errors import TraceError, UsageError
+from ..model import (
+    COLLECTIVE_SCHEMA,
+    CPU_SCHEMA,
+    GPU_SCHEMA,
+    INSPECTOR_COMM_SCHEMA,
+    INSPECTOR_SCHEMA,
+    STEP_SCHEMA,
+    InspectorLog,
+    ProcessGroup,
+    RankMeta,
+    TraceSet,
+    conform,
+    empty,
+)
+from .source import GZIP_MAGIC, head
+
+FORMAT = "nccl_inspector"
+KNOWN_VERSIONS = ("v4.0",)
+_BATCH_BYTES = 4 << 20  # lines decoded at once: a few MB keeps the transient Structs small
+# the plugin's operation names (``ncclFuncToString``) -> commscope's
+OPS = {"AllReduce": "all_reduce", "AllGather": "all_gather", "AllGatherV": "all_gather",
+       "ReduceScatter": "reduce_scatter", "Broadcast": "broadcast", "Reduce": "reduce", "All2All": "all_to_all",
+       "Send": "send", "Recv": "recv", "SendRecv": "send_recv"}
+_SNIFF = re.compile(rb'^\s*\{\s*"header"\s*:\s*\{[^\n]*"(?:coll_perf|p2p_perf)"\s*:')
+
+
+def sniff(start: bytes) -> bool:
+    """A file's first bytes are an Inspector record (checked before the profiler formats)."""
+    if start[:2] == GZIP_MAGIC:
+        try:
+            start = zlib.decompressobj(wbits=47).decompress(start, 1 << 16)
+        except zlib.error:
+            return False
+    return _SNIFF.match(start) is not None
+
+
+class _Kernel(Struct):
+    kernel_start_ts: int = 0
+    kernel_stop_ts: int = 0
+
+
+class _Trace(Struct):
+    kernel_events: list[_Kernel] = []
+
+
+class _Coll(Struct):
+    coll: str = ""
+    coll_sn: int = -1
+    coll_msg_size_bytes: int = 0
+    coll_exec_time_us: int = 0
+    coll_timing_source: str = "unknown"
+    coll_busbw_gbs: float | None = None
+    coll_algo: str | None = None
+    coll_proto: str | None = None
+    event_trace_ts: _Trace | None = None
+
+
+class _P2p(Struct):
+    p2p: str = ""
+    p2p_sn: int = -1
+    p2p_peer: int = -1
+    p2p_msg_size_bytes: int = 0
+    p2p_exec_time_us: int = 0
+    p2p_timing_source: str = "unknown"
+    p2p_busbw_gbs: float | None = None
+    event_trace_ts: _Trace | None = None
+
+
+class _Line(Struct):
+    header: Raw = Raw(b"")
+    metadata: Raw = Raw(b"")
+    coll_perf: _Coll | None = None
+    p2p_perf: _P2p | None = None
+
+
+class _Header(Struct):
+    id: str
+    rank: int
+    n_ranks: int
+    nnodes: int = 0
+    comm_name: str | None = None
+
+
+class _Meta(Struct):
+    hostname: str = ""
+    pid: int = -1
+    inspector_output_format_version: str = ""
+
+
+_BATCH = msgspec.json.Decoder(list[_Line])
+_ONE = msgspec.json.Decoder(_Line)
+_HEADER = msgspec.json.Decoder(_Header)
+_META = msgspec.json.Decoder(_Meta)
+
+
+@dataclass
+class _File:
+    """One log file's records, before ranks are known."""
+
+    path: Path
+    records: pl.DataFrame  # hdr, meta (indices into headers/metas) + the per-record columns
+    headers: list[_Header] = field(default_factory=list)
+    metas: list[_Meta] = field(default_factory=list)
+    lines: int = 0
+    bad: int = 0
+    first_bad: int | None = None
+    unknown: int = 0
+    no_header: int = 0
+    truncated_tail: bool = False
+
+
+def _blocks(path: Path) -> Iterator[tuple[bytes, bool]]:
+    """The file in blocks of whole lines (the last block may end without a newline: ``(block, last)``)."""
+    raw = head(path, 2)
+    try:
+        fh = gzip.open(path, "rb") if raw == GZIP_MAGIC else open(path, "rb")  # noqa: SIM115 - closed below
+    except OSError as exc:
+        raise TraceError(path, f"cannot be read: {exc.strerror or exc}", "check the path and permissions") from None
+    with fh:
+        rest = b""
+        while True:
+            try:
+                chunk = fh.read(_BATCH_BYTES)
+            except (EOFError, OSError, zlib.error) as exc:
+                raise TraceError(path, f"is a truncated or corrupt gzip file ({exc})",
+                                 "copy the file again") from None
+            if not chunk:
+                if rest:
+                    yield rest, True
+                return
+            data = rest + chunk
+            cut = data.rfind(b"\n")
+            if cut < 0:
+                rest = data
+                continue
+            rest = data[cut + 1:]
+            yield data[:cut + 1], False
+
+
+class _Columns:
+    """Per-record columns of one file, appended batch by batch (Python lists only per batch)."""
+
+    def __init__(self) -> None:
+        self.frames: list[pl.DataFrame] = []
+        self.hdr_index: dict[bytes, int] = {}
+        self.meta_index: dict[bytes, int] = {}
+        self.headers: list[_Header] = []
+        self.metas: list[_Meta] = []
+        self.unknown = 0
+        self.no_header = 0
+
+    def _hdr(self, raw: Raw) -> int:
+        key = bytes(raw)
+        i = self.hdr_index.get(key)
+        if i is None:
+            try:
+                h = _HEADER.decode(key)
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                i = -1
+            else:
+                i = len(self.headers)
+                self.headers.append(h)
+            self.hdr_index[key] = i
+        return i
+
+    def _meta(self, raw: Raw) -> int:
+        key = bytes(raw)
+        i = self.meta_index.get(key)
+        if i is None:
+            try:
+                m = _META.decode(key) if key else _Meta()
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                m = _Meta()
+            i = len(self.metas)
+            self.metas.append(m)
+            self.meta_index[key] = i
+        return i
+
+    def add(self, lines: list[_Line]) -> None:
+        colls = [r for r in lines if r.coll_perf is not None]
+        p2ps = [r for r in lines if r.coll_perf is None and r.p2p_perf is not None]
+        self.unknown += len(lines) - len(colls) - len(p2ps)
+        if colls:
+            c = [r.coll_perf for r in colls]
+            self._frame(colls, False, [x.coll for x in c], [x.coll_sn for x in c], [x.coll_msg_size_bytes for x in c],
+                        [x.coll_exec_time_us for x in c], [x.coll_timing_source for x in c],
+                        [x.coll_busbw_gbs for x in c], [x.coll_algo for x in c], [x.coll_proto for x in c], None,
+                        [x.event_trace_ts for x in c])
+        if p2ps:
+            p = [r.p2p_perf for r in p2ps]
+            self._frame(p2ps, True, [x.p2p for x in p], [x.p2p_sn for x in p], [x.p2p_msg_size_bytes for x in p],
+                        [x.p2p_exec_time_us for x in p], [x.p2p_timing_source for x in p],
+                        [x.p2p_busbw_gbs for x in p], None, None, [x.p2p_peer for x in p],
+                        [x.event_trace_ts for x in p])
+
+    def _frame(self, rows: list[_Line], p2p: bool, op: list, seq: list, size: list, exec_us: list, src: list,
+               busbw: list, algo: list | None, proto: list | None, peer: list | None, traces: list) -> None:
+        starts: list[int | None] = []
+        stops: list[int | None] = []
+        for t in traces:
+            ks = t.kernel_events if t is not None else None
+            if ks:  # verbose: the kernel spans from its first channel's start to its last channel's stop
+                s = [k.kernel_start_ts for k in ks if k.kernel_start_ts]
+                e = [k.kernel_stop_ts for k in ks if k.kernel_stop_ts]
+                starts.append(min(s) if s else None)
+                stops.append(max(e) if e else None)
+            else:
+                starts.append(None)
+                stops.append(None)
+        n = len(rows)
+        self.frames.append(pl.DataFrame({
+            "hdr": [self._hdr(r.header) for r in rows], "meta": [self._meta(r.metadata) for r in rows],
+            "p2p": [p2p] * n, "op": op, "seq": seq, "bytes": size, "exec_us": exec_us, "timing_source": src,
+            "busbw_gbps": busbw, "algo": algo or [None] * n, "proto": proto or [None] * n,
+            "peer_comm_rank": peer or [None] * n, "kstart_us": starts, "kstop_us": stops,
+        }, schema=_RAW_SCHEMA))
+
+
+_RAW_SCHEMA = {"hdr": pl.Int32, "meta": pl.Int32, "p2p": pl.Boolean, "op": pl.Utf8, "seq": pl.Int64,
+               "bytes": pl.Int64, "exec_us": pl.Int64, "timing_source": pl.Categorical, "busbw_gbps": pl.Float32,
+               "algo": pl.Categorical, "proto": pl.Categorical, "peer_comm_rank": pl.Int32,
+               "kstart_us": pl.Int64, "kstop_us": pl.Int64}
+
+
+def read_file(path: Path) -> _File:
+    """Every record of one log file, batch by batch; bad lines are counted, never raised."""
+    cols = _Columns()
+    lines = bad = 0
+    first_bad: int | None = None
+    truncated = False
+    for block, last in _blocks(path):
+        text = block.replace(b"\r\n", b"\n").strip(b"\n")
+        if not text:
+            continue
+        if b"\n\n" in text:  # blank lines would be empty array slots
+            text = b"\n".join(x for x in text.split(b"\n") if x.strip())
+        n = text.count(b"\n") + 1
+        try:
+            recs = _BATCH.decode(b"[" + text.replace(b"\n", b",") + b"]")
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            recs = []
+            for i, line in enumerate(text.split(b"\n")):
+                try:
+                    recs.append(_ONE.decode(line))
+                except (msgspec.DecodeError, msgspec.ValidationError):
+                    if last and i == n - 1 and not block.endswith(b"\n"):
+                        truncated = True  # the writer stopped mid-line (job killed): only that line is lost
+                    else:
+                        bad += 1
+                        first_bad = first_bad or lines + i + 1
+        lines += n
+        cols.add(recs)
+    records = pl.concat(cols.frames) if cols.frames else pl.DataFrame(schema=_RAW_SCHEMA)
+    return _File(path, records, cols.headers, cols.metas, lines, bad, first_bad, cols.unknown,
+                 int(records.filter(pl.col("hdr") < 0).height), truncated)
+
+
+def read(files: list[Path]) -> TraceSet:
+    """All logs of one job -> a TraceSet (verbose logs fill ``gpu`` and ``collectives``) with ``inspector`` set."""
+    parsed = [read_file(p) for p in files]
+    return assemble(parsed)
+
+
+def assemble(parsed: list[_File]) -> TraceSet:
+    warnings: list[str] = []
+    for f in parsed:
+        warnings.extend(_file_warnings(f))
+    usable = [f for f in parsed if f.records.filter(pl.col("hdr") >= 0).height]
+    if not usable:
+        first = parsed[0]
+        raise TraceError(first.path, "has no NCCL Inspector record that could be read",
+                         "check that the files are the plugin's JSON logs (NCCL_INSPECTOR_PROM_DUMP=0)")
+    # one table of (file, header) and (file, metadata) for every record
+    hdrs, metas, recs = [], [], []
+    for fi, f in enumerate(usable):
+        hdrs.extend({"file": fi, "hdr": i, "id": h.id, "name": h.comm_name, "comm_rank": h.rank, "n_ranks": h.n_ranks,
+                     "nnodes": h.nnodes} for i, h in enumerate(f.headers))
+        metas.extend({"file": fi, "meta": i, "hostname": m.hostname or None, "pid": m.pid if m.pid >= 0 else None,
+                      "version": m.inspector_output_format_version} for i, m in enumerate(f.metas))
+        recs.append(f.records.filter(pl.col("hdr") >= 0).with_columns(pl.lit(fi, dtype=pl.Int32).alias("file")))
+    hdr_df = pl.DataFrame(hdrs, schema={"file": pl.Int32, "hdr": pl.Int32, "id": pl.Utf8, "name": pl.Utf8,
+                                        "comm_rank": pl.Int32, "n_ranks": pl.Int32, "nnodes": pl.Int32})
+    meta_df = pl.DataFrame(metas, schema={"file": pl.Int32, "meta": pl.Int32, "hostname": pl.Utf8, "pid": pl.Int64,
+                                          "version": pl.Utf8})
+    versions = sorted(set(meta_df["version"].drop_nulls().to_list()) - set(KNOWN_VERSIONS) - {""})
+    if versions:
+        warnings.append(f"NCCL Inspector output format {', '.join(versions)} is newer than the {KNOWN_VERSIONS[-1]} "
+                        "this reader knows: its fields were read by name")
+    from .inspector_ranks import map_ranks  # the cross-file part: which process is which global rank
+
+    names = [str(f.path) for f in usable]
+    all_recs = pl.concat(recs)
+    used = all_recs.select("file", "hdr", "meta").unique()
+    ranks = map_ranks(hdr_df, meta_df, used, names)
+    warnings.extend(ranks.warnings)
+    records = all_recs.join(ranks.process_of, on=["file", "meta"], how="left").join(
+        ranks.comm_of, on=["file", "hdr"], how="left")
+    records = records.with_columns(
+        pl.col("op").replace_strict(OPS, default=pl.col("op").str.to_lowercase()).cast(pl.Categorical),
+        (pl.col("exec_us") * 1000).alias("exec_ns"),
+        (pl.col("kstart_us") * 1000).alias("start_ns"),
+        (pl.col("kstop_us") * 1000).alias("end_ns"),
+    ).join(ranks.peer_of, on=["comm", "peer_comm_rank"], how="left")
+    table = conform(records, INSPECTOR_SCHEMA)
+    verbose = table.filter(pl.col("start_ns").is_not_null() & pl.col("end_ns").is_not_null() & pl.col("rank")
+                           .is_not_null())
+    if 0 < verbose.height < table.height:
+        warnings.append(f"{table.height - verbose.height} of {table.height} records have no kernel timestamps "
+                        "(NCCL_INSPECTOR_DUMP_VERBOSE=0 for part of the job): only the others are on the timeline")
+    gpu, coll, dropped = _timeline(verbose, ranks.comms)
+    if dropped:
+        warnings.append(f"{dropped} logged operations are absent from some members' logs (a ring buffer overflowed, "
+                        "or a log ends early): left out of the timeline, kept in the Inspector tables")
+    if verbose.height == 0:
+        warnings.append("no kernel timestamps (NCCL_INSPECTOR_DUMP_VERBOSE=0): per-communicator bandwidth and "
+                        "rank outliers come from kernel times only; set NCCL_INSPECTOR_DUMP_VERBOSE=1 for the "
+                        "timeline, arrival skew and the full straggler analysis")
+    counts = {"files": len(parsed), "lines": sum(f.lines for f in parsed), "records": table.height,
+              "bad_lines": sum(f.bad for f in parsed), "unknown_records": sum(f.unknown for f in parsed),
+              "truncated_files": sum(f.truncated_tail for f in parsed), "unmapped_records":
+              table.filter(pl.col("rank").is_null()).height, "timeline_records": coll.height}
+    metas_out = tuple(
+        RankMeta(rank=r, source=src, format=FORMAT, world_size=ranks.world_size, rank_source=ranks.rank_source,
+                 host=host, process_groups=ranks.groups_of(r))
+        for r, src, host in ranks.processes)
+    return TraceSet(ranks=metas_out, gpu=gpu, cpu=empty(CPU_SCHEMA), collectives=coll, steps=empty(STEP_SCHEMA),
+                    warnings=tuple(warnings),
+                    inspector=InspectorLog(table, conform(ranks.comms, INSPECTOR_COMM_SCHEMA), verbose.height > 0,
+                                           counts))
+
+
+def _file_warnings(f: _File) -> list[str]:
+    out = []
+    if f.bad:
+        out.append(f"{f.path}: {f.bad} of {f.lines} lines are not NCCL Inspector records (first: line "
+                   f"{f.first_bad}): skipped")
+    if f.truncated_tail:
+        out.append(f"{f.path}: the last line is cut short (the job stopped while the plugin was writing): skipped")
+    if f.unknown:
+        out.append(f"{f.path}: {f.unknown} records are neither coll_perf nor p2p_perf: skipped")
+    if f.no_header:
+        out.append(f"{f.path}: {f.no_header} records have no usable header (communicator id, rank): skipped")
+    return out
+
+
+def _timeline(verbose: pl.DataFrame, comms: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, int]:
+    """Verbose records -> comm kernels (``gpu``) and ``collectives`` rows. Only operations logged by every member
+    with a log are kept, so each communicator's ordinals line up across ranks (``match`` pairs by ordinal)."""
+    if verbose.height == 0:
+        return empty(GPU_SCHEMA), empty(COLLECTIVE_SCHEMA), 0
+    members = verbose.group_by("comm").agg(pl.col("rank").n_unique().alias("_m"))
+    seen = verbose.group_by("comm", "p2p", "seq").agg(pl.col("rank").n_unique().alias("_n"))
+    keep = seen.join(members, on="comm").filter(pl.col("_n") == pl.col("_m")).select("comm", "p2p", "seq")
+    rows = verbose.join(keep, on=["comm", "p2p", "seq"], how="semi")
+    dropped = verbose.height - rows.height
+    op = pl.col("op").cast(pl.Utf8)
+    n = pl.col("n_ranks")
+    gathered = pl.col("bytes") * n  # all_gather output / reduce_scatter input (the plugin logs the per-rank part)
+    rows = rows.join(comms.select("comm", "id", "name", "n_ranks", "ranks"), on="comm", how="left").with_columns(
+        (pl.col("comm") + 1).cast(pl.Int64).alias("stream"),  # one NCCL stream per communicator
+        pl.format("ncclDevKernel_{}", op).alias("name_k"),
+    ).sort("rank", "start_ns")
+    rows = rows.with_row_index("correlation")
+    gpu = rows.select("rank", pl.lit(0, dtype=pl.Int32).alias("device"), "stream", "start_ns", "end_ns",
+                      pl.col("name_k").alias("name"), pl.lit("comm").alias("kind"),
+                      pl.col("correlation").cast(pl.Int64))
+    coll = rows.select(
+        "rank", pl.col("id").alias("pg"), pl.col("name").alias("pg_desc"), "seq", op.alias("op"),
+        pl.when(op == "reduce_scatter").then(gathered).otherwise(pl.col("bytes")).alias("in_bytes"),
+        pl.when(op == "all_gather").then(gathered).otherwise(pl.col("bytes")).alias("out_bytes"),
+        pl.col("n_ranks").alias("group_size"), pl.col("ranks").alias("group_ranks"), "stream", "start_ns", "end_ns",
+        pl.lit(True).alias("has_meta"), pl.col("name_k").alias("name"), "peer",
+    )
+    return conform(gpu, GPU_SCHEMA), conform(coll, COLLECTIVE_SCHEMA), dropped
+
+
+def load_logs(files: list, ranks: tuple[int, ...] | None = None) -> TraceSet:
+    """The loader's entry for discovered files (``TraceFile``): every file must be an Inspector log."""
+    other = [f for f in files if f.format != FORMAT]
+    if other:
+        raise UsageError(f"{other[0].path} is a {other[0].format} trace among NCCL Inspector logs: analyze "
+                         "profiler traces and Inspector logs separately")
+    ts = read([f.path for f in files])
+    if ranks is not None:
+        from dataclasses import replace
+
+        ts = replace(ts, warnings=(*ts.warnings, "--ranks does not apply to NCCL Inspector logs (a communicator's "
+                                   "numbers need all its members): every rank was analyzed"))
+    return ts
+
+
+__all__ = ["FORMAT", "OPS", "assemble", "load_logs", "read", "read_file", "sniff"]
