@@ -90,7 +90,7 @@ def map_ranks(hdr: pl.DataFrame, meta: pl.DataFrame, used: pl.DataFrame, names: 
     peer_of = member.select("comm", pl.col("comm_rank").cast(pl.Int32).alias("peer_comm_rank"),
                             pl.col("rank").alias("peer")).unique()
     groups: dict[int, list[ProcessGroup]] = {}
-    for c, cid, name, members in comms.select("comm", "id", "name", "ranks").iter_rows():
+    for cid, name, members in comms.select("id", "name", "ranks").iter_rows():
         known = tuple(int(x) for x in members.split(",") if x != "?")
         for r in known:
             groups.setdefault(r, []).append(ProcessGroup(cid, name or "", known))

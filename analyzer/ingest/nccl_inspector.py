@@ -48,7 +48,6 @@ from ..model import (
     INSPECTOR_SCHEMA,
     STEP_SCHEMA,
     InspectorLog,
-    ProcessGroup,
     RankMeta,
     TraceSet,
     conform,
