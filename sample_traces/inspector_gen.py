@@ -128,8 +128,9 @@ def generate(spec: Spec) -> tuple[dict[str, list[str]], dict]:
         t = transfer_us(op, msg, n, c["busbw"])
         truth_t[(c["id"], op, msg)] = t
         end = max(arrive.values()) + t
-        last = max(members, key=lambda r: (arrive[r], r))
-        caused[last] += sum(end - t - arrive[r] for r in members)
+        lasts = [r for r in members if arrive[r] == end - t]  # ranks tied for last share what they caused
+        for r in lasts:
+            caused[r] += sum(end - t - arrive[m] for m in members) / len(lasts)
         for r in members:
             cursor[r] = end
             c["done"][r].append((op, c["sn"], msg, arrive[r], end))

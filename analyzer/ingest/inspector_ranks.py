@@ -16,6 +16,7 @@ supported.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import polars as pl
 
@@ -67,15 +68,16 @@ def map_ranks(hdr: pl.DataFrame, meta: pl.DataFrame, used: pl.DataFrame, names: 
             warnings.append(f"no log from rank(s) {compact([r for r in range(wsize) if r not in have])} of "
                             f"{wsize}: their operations are missing from every table")
     else:
+        parts = _components(member, n_proc)
+        if parts > 1:  # a TP x DP job links every process through its groups: these are separate jobs
+            raise UsageError(f"{files_text(names)}: the logs form {parts} sets of processes that share no "
+                             "communicator, i.e. logs of more than one job (or run); put each job's logs in its "
+                             "own folder")
         wsize = n_proc
         glob = procs.select("p", pl.col("p").cast(pl.Int32).alias("rank"))
         source = "hostname and pid order"
         warnings.append(f"no communicator spans all {n_proc} processes: global ranks are numbered in hostname and "
                         "pid order (as torchrun starts them); communicator ranks are exact")
-        parts = _components(member, n_proc)
-        if parts > 1:
-            warnings.append(f"the logs form {parts} sets of processes that share no communicator (several jobs, or a "
-                            "job whose world communicator logged nothing): analyze each job's logs on their own")
     glob = glob.with_columns(pl.col("rank").cast(pl.Int32))
     member = member.join(glob, on="p").join(comms.select("id", "comm"), on="id")
     ranks_str = member.group_by("comm").agg(pl.col("comm_rank"), pl.col("rank"))
@@ -98,6 +100,11 @@ def map_ranks(hdr: pl.DataFrame, meta: pl.DataFrame, used: pl.DataFrame, names: 
                        procs.join(glob, on="p").select("rank", "file", "hostname").iter_rows())
     return Ranks(process_of, comm_of, peer_of, comms, processes, wsize, source, warnings,
                  {r: tuple(g) for r, g in groups.items()})
+
+
+def files_text(names: list[str]) -> str:
+    folders = sorted({str(Path(n).parent) for n in names})
+    return ", ".join(folders[:2]) + (" ..." if len(folders) > 2 else "")
 
 
 def _n(comms: pl.DataFrame, c: int) -> int:

@@ -15,9 +15,9 @@ plugin's traffic (message size x n for all-gather / reduce-scatter) and nccl-tes
 
 A **slow link** is a communicator whose median busbw stands below the communicators that do the same
 work (same op, size bucket, member count, node count, algorithm and protocol): under
-``SLOW_LINK_RATIO`` x their median. The **verdict** names the rank that caused the most wait when it
-also arrived last far more often than chance (``1/n`` per instance): a z-score of at least ``MIN_Z``
-on the binomial count, and at least ``MIN_SHARE`` of all the wait ranks caused each other.
+``SLOW_LINK_RATIO`` x their median. The **verdict** names the rank that caused the most wait when that wait
+stands out against chance (each member last with probability ``1/n`` per instance, each instance weighing
+by its wait): a z-score of at least ``MIN_Z``, and at least ``MIN_SHARE`` of all the wait ranks caused.
 """
 
 from __future__ import annotations
@@ -60,6 +60,7 @@ def instances(records: pl.DataFrame, comms: pl.DataFrame) -> pl.DataFrame:
             pl.col("exec_ns").min().alias("transfer_ns"), pl.col("exec_ns").max().alias("max_exec_ns"),
             pl.col("exec_ns").sum().alias("sum_exec_ns"),
             pl.col("rank").sort_by("exec_ns").first().alias("last_rank"),
+            (pl.col("exec_ns") == pl.col("exec_ns").min()).sum().alias("n_last"),
             pl.col("algo").first().cast(pl.Utf8), pl.col("proto").first().cast(pl.Utf8),
             pl.col("busbw_gbps").median().alias("logged_busbw_gbps"),
         )
@@ -161,27 +162,33 @@ def slow_links(busbw: pl.DataFrame, ratio: float = SLOW_LINK_RATIO) -> pl.DataFr
 
 
 def _ranks(records: pl.DataFrame, complete: pl.DataFrame) -> pl.DataFrame:
+    """Per rank. Ranks tied for the shortest kernel share the instance's caused wait and last arrival. Under
+    no straggler each member is last with chance 1/n: ``caused_wait_z`` is the rank's caused wait against
+    that expectation, in standard deviations (an instance's wait weighs by its size)."""
     mine = records.filter(pl.col("rank").is_not_null())
-    rows = mine.filter(~pl.col("p2p")).join(complete.select("comm", "seq", "transfer_ns", "n_ranks"),
-                                            on=["comm", "seq"])
+    rows = mine.filter(~pl.col("p2p")).join(
+        complete.select("comm", "seq", "transfer_ns", "n_ranks", "n_last", "caused_wait_ns"), on=["comm", "seq"])
+    p = 1.0 / pl.col("n_ranks")
+    share = pl.when(pl.col("exec_ns") == pl.col("transfer_ns")).then(1.0 / pl.col("n_last")).otherwise(0.0)
+    caused = pl.col("caused_wait_ns").cast(pl.Float64)
     per = rows.group_by("rank").agg(
-        pl.len().alias("instances"), (pl.col("exec_ns").sum() / NS_PER_MS).alias("coll_ms"),
+        pl.len().alias("instances"),
         ((pl.col("exec_ns") - pl.col("transfer_ns")).sum() / NS_PER_MS).alias("wait_ms"),
-        (1.0 / pl.col("n_ranks")).sum().alias("_expected"),
-        (1.0 / pl.col("n_ranks") * (1 - 1.0 / pl.col("n_ranks"))).sum().alias("_var"),
+        share.sum().alias("instances_last"),
+        ((share * caused).sum() / NS_PER_MS).alias("caused_wait_ms"),
+        ((caused * p).sum() / NS_PER_MS).alias("_expected"),
+        ((caused / NS_PER_MS) ** 2 * p * (1 - p)).sum().alias("_var"),
     )
-    last = complete.group_by(pl.col("last_rank").alias("rank")).agg(
-        pl.len().alias("instances_last"), (pl.col("caused_wait_ns").sum() / NS_PER_MS).alias("caused_wait_ms"))
     total = mine.group_by("rank").agg(pl.len().alias("records"), (pl.col("exec_ns").sum() / NS_PER_MS).alias("comm_ms"))
-    df = (total.join(per, on="rank", how="left").join(last, on="rank", how="left")
-          .with_columns(pl.col("instances", "instances_last").fill_null(0),
-                        pl.col("wait_ms", "caused_wait_ms", "coll_ms").fill_null(0.0)))
+    df = (total.join(per, on="rank", how="left")
+          .with_columns(pl.col("instances").fill_null(0),
+                        pl.col("instances_last", "wait_ms", "caused_wait_ms").fill_null(0.0)))
     return df.select(
         "rank", "records", "comm_ms", "wait_ms", "caused_wait_ms", "instances", "instances_last",
         pl.when(pl.col("instances") > 0).then(100.0 * pl.col("instances_last") / pl.col("instances"))
         .alias("last_arrival_pct"),
-        pl.when(pl.col("_var") > 0).then((pl.col("instances_last") - pl.col("_expected")) / pl.col("_var").sqrt())
-        .alias("last_arrival_z"),
+        pl.when(pl.col("_var") > 0).then((pl.col("caused_wait_ms") - pl.col("_expected")) / pl.col("_var").sqrt())
+        .alias("caused_wait_z"),
     ).sort("rank")
 
 
@@ -189,13 +196,13 @@ def verdict(ranks: pl.DataFrame) -> dict | None:
     total = float(ranks["caused_wait_ms"].sum()) if ranks.height else 0.0
     if total <= 0:
         return None
-    cand = ranks.filter((pl.col("last_arrival_z") >= MIN_Z) & (pl.col("caused_wait_ms") >= MIN_SHARE * total))
+    cand = ranks.filter((pl.col("caused_wait_z") >= MIN_Z) & (pl.col("caused_wait_ms") >= MIN_SHARE * total))
     if cand.height == 0:
         return None
     top = cand.sort("caused_wait_ms", "rank", descending=[True, False]).row(0, named=True)
     return {"rank": top["rank"], "caused_wait_ms": top["caused_wait_ms"], "share_pct": 100 * top["caused_wait_ms"] / total,
             "last_arrival_pct": top["last_arrival_pct"], "instances_last": top["instances_last"],
-            "instances": top["instances"], "z": top["last_arrival_z"],
+            "instances": top["instances"], "z": top["caused_wait_z"],
             "basis": "kernel times (the rank that arrives last has the shortest kernel)"}
 
 

@@ -8,14 +8,14 @@ from ..analysis import Analysis
 MAX_SLOW_LINKS = 3
 # (key, header, digits): per communicator x op x size; the busbw is the instance's (from its shortest kernel)
 BUSBW_COLUMNS = (
-    ("name", "communicator", 0), ("op", "op", 0), ("size", "size", 0), ("algo_proto", "algo/proto", 0),
+    ("name", "comm", 0), ("op", "op", 0), ("size", "size", 0), ("algo_proto", "algo/proto", 0),
     ("n_ranks", "ranks", 0), ("where", "nodes", 0), ("count", "count", 0), ("transfer_ms_p50", "transfer ms", 3),
     ("busbw_gbps_p50", "busbw GB/s", 2), ("logged_busbw_gbps_p50", "logged GB/s", 2),
 )
 RANK_COLUMNS = (
     ("rank", "rank", 0), ("records", "records", 0), ("comm_ms", "comm ms", 1), ("wait_ms", "wait ms", 1),
-    ("caused_wait_ms", "caused wait ms", 1), ("instances_last", "last at", 0), ("instances", "of", 0),
-    ("last_arrival_pct", "last %", 1), ("last_arrival_z", "z", 1),
+    ("caused_wait_ms", "caused wait ms", 1), ("instances_last", "last at", 1), ("instances", "of", 0),
+    ("last_arrival_pct", "last %", 1), ("caused_wait_z", "z", 1),
 )
 OUTLIER_COLUMNS = (
     ("name", "communicator", 0), ("seq", "coll_sn", 0), ("op", "op", 0), ("size", "size", 0),
@@ -51,10 +51,10 @@ def headline(a: Analysis) -> list[str]:
         if v is not None:
             lines.append(
                 f"Straggler (from Inspector kernel times): rank {v['rank']} caused {v['caused_wait_ms']:,.1f} ms of the "
-                f"others' wait ({v['share_pct']:.0f}% of all), arriving last at {v['instances_last']} of its "
-                f"{v['instances']} collectives ({v['last_arrival_pct']:.0f}%, {v['z']:.1f} sigma above chance).")
+                f"others' wait ({v['share_pct']:.0f}% of all, {v['z']:.1f} sigma above chance), arriving last at "
+                f"{v['last_arrival_pct']:.0f}% of its {v['instances']} collectives.")
         elif s.counts.get("complete_instances"):
-            lines.append("No straggler: no rank arrives last at collectives more often than chance would have it.")
+            lines.append("No straggler: the wait the ranks cause each other stays within chance.")
     seen: list[str] = []
     for r in s.slow_links.to_dicts():
         if r["id"] in seen:
@@ -76,11 +76,13 @@ def tables(a: Analysis) -> list[tuple[str, tuple, list[dict]]]:
     if s is None:
         return []
     out = []
-    bw = [{**r, "size": size_text(r["size_bucket"]), "where": _where(r["intra_node"], r["nnodes"]),
+    bw = [{**r, "size": size_text(r["size_bucket"]), "where": _where(r["intra_node"], None).split(" ")[0],
            "algo_proto": "/".join(x for x in (r["algo"], r["proto"]) if x) or "-"} for r in s.busbw.to_dicts()]
+    cols = BUSBW_COLUMNS if any(r["algo_proto"] != "-" for r in bw) else tuple(
+        c for c in BUSBW_COLUMNS if c[0] != "algo_proto")  # the plugin's JSON has none; a writer may add them
     out.append(("NCCL Inspector: bus bandwidth per communicator, operation and size (medians; busbw from each "
                 "instance's transfer, logged: the plugin's per-rank figure, waits included)",
-                BUSBW_COLUMNS, bw))
+                cols, bw))
     if not s.verbose:
         out.append(("NCCL Inspector: per rank (complete instances; wait = own kernel time - the instance's shortest)",
                     RANK_COLUMNS, s.ranks.to_dicts()))
