@@ -190,7 +190,7 @@ def load(paths: list[Path], options: LoadOptions | None = None) -> TraceSet:
     if any(f.format == "nccl_inspector" for f in files):  # one job's logs are read together (ranks span files)
         from .ingest.nccl_inspector import load_logs
 
-        return load_logs(files, options.ranks)
+        return load_logs(files, options.ranks, options.jobs)
     results = _read_all(files, options)
     if options.cache and not options.scheduler:
         from .cachedir import mark_seen

@@ -28,7 +28,9 @@ a bad line costs only itself (counted, with the first line number, in a warning)
 
 from __future__ import annotations
 
+import gc
 import gzip
+import os
 import re
 import zlib
 from collections.abc import Iterator
@@ -75,16 +77,16 @@ def sniff(start: bytes) -> bool:
     return _SNIFF.match(start) is not None
 
 
-class _Kernel(Struct):
+class _Kernel(Struct, gc=False):
     kernel_start_ts: int = 0
     kernel_stop_ts: int = 0
 
 
-class _Trace(Struct):
+class _Trace(Struct, gc=False):
     kernel_events: list[_Kernel] = []
 
 
-class _Coll(Struct):
+class _Coll(Struct, gc=False):
     coll: str = ""
     coll_sn: int = -1
     coll_msg_size_bytes: int = 0
@@ -96,7 +98,7 @@ class _Coll(Struct):
     event_trace_ts: _Trace | None = None
 
 
-class _P2p(Struct):
+class _P2p(Struct, gc=False):
     p2p: str = ""
     p2p_sn: int = -1
     p2p_peer: int = -1
@@ -107,7 +109,7 @@ class _P2p(Struct):
     event_trace_ts: _Trace | None = None
 
 
-class _Line(Struct):
+class _Line(Struct, gc=False):
     header: Raw = Raw(b"")
     metadata: Raw = Raw(b"")
     coll_perf: _Coll | None = None
@@ -183,6 +185,8 @@ class _Columns:
 
     def __init__(self) -> None:
         self.frames: list[pl.DataFrame] = []
+        self.pending: dict[str, list] = {c: [] for c in _RAW_SCHEMA}
+        self.n_pending = 0
         self.hdr_index: dict[bytes, int] = {}
         self.meta_index: dict[bytes, int] = {}
         self.headers: list[_Header] = []
@@ -190,32 +194,21 @@ class _Columns:
         self.unknown = 0
         self.no_header = 0
 
-    def _hdr(self, raw: Raw) -> int:
-        key = bytes(raw)
-        i = self.hdr_index.get(key)
-        if i is None:
-            try:
-                h = _HEADER.decode(key)
-            except (msgspec.DecodeError, msgspec.ValidationError):
-                i = -1
-            else:
-                i = len(self.headers)
-                self.headers.append(h)
-            self.hdr_index[key] = i
-        return i
+    def _new_header(self, key: bytes) -> int:
+        try:
+            h = _HEADER.decode(key)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return -1
+        self.headers.append(h)
+        return len(self.headers) - 1
 
-    def _meta(self, raw: Raw) -> int:
-        key = bytes(raw)
-        i = self.meta_index.get(key)
-        if i is None:
-            try:
-                m = _META.decode(key) if key else _Meta()
-            except (msgspec.DecodeError, msgspec.ValidationError):
-                m = _Meta()
-            i = len(self.metas)
-            self.metas.append(m)
-            self.meta_index[key] = i
-        return i
+    def _new_meta(self, key: bytes) -> int:
+        try:
+            m = _META.decode(key) if key else _Meta()
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            m = _Meta()
+        self.metas.append(m)
+        return len(self.metas) - 1
 
     def add(self, lines: list[_Line]) -> None:
         colls = [r for r in lines if r.coll_perf is not None]
@@ -223,82 +216,132 @@ class _Columns:
         self.unknown += len(lines) - len(colls) - len(p2ps)
         if colls:
             c = [r.coll_perf for r in colls]
-            self._frame(colls, False, [x.coll for x in c], [x.coll_sn for x in c], [x.coll_msg_size_bytes for x in c],
-                        [x.coll_exec_time_us for x in c], [x.coll_timing_source for x in c],
-                        [x.coll_busbw_gbs for x in c], [x.coll_algo for x in c], [x.coll_proto for x in c], None,
-                        [x.event_trace_ts for x in c])
+            self._frame(colls, False, {
+                "op": [x.coll for x in c], "seq": [x.coll_sn for x in c], "bytes": [x.coll_msg_size_bytes for x in c],
+                "exec_us": [x.coll_exec_time_us for x in c], "timing_source": [x.coll_timing_source for x in c],
+                "busbw_gbps": [x.coll_busbw_gbs for x in c], "algo": [x.coll_algo for x in c],
+                "proto": [x.coll_proto for x in c]}, [x.event_trace_ts for x in c])
         if p2ps:
             p = [r.p2p_perf for r in p2ps]
-            self._frame(p2ps, True, [x.p2p for x in p], [x.p2p_sn for x in p], [x.p2p_msg_size_bytes for x in p],
-                        [x.p2p_exec_time_us for x in p], [x.p2p_timing_source for x in p],
-                        [x.p2p_busbw_gbs for x in p], None, None, [x.p2p_peer for x in p],
-                        [x.event_trace_ts for x in p])
+            self._frame(p2ps, True, {
+                "op": [x.p2p for x in p], "seq": [x.p2p_sn for x in p], "bytes": [x.p2p_msg_size_bytes for x in p],
+                "exec_us": [x.p2p_exec_time_us for x in p], "timing_source": [x.p2p_timing_source for x in p],
+                "busbw_gbps": [x.p2p_busbw_gbs for x in p], "peer_comm_rank": [x.p2p_peer for x in p]},
+                [x.event_trace_ts for x in p])
 
-    def _frame(self, rows: list[_Line], p2p: bool, op: list, seq: list, size: list, exec_us: list, src: list,
-               busbw: list, algo: list | None, proto: list | None, peer: list | None, traces: list) -> None:
-        starts: list[int | None] = []
-        stops: list[int | None] = []
-        for t in traces:
-            ks = t.kernel_events if t is not None else None
-            if ks:  # verbose: the kernel spans from its first channel's start to its last channel's stop
-                s = [k.kernel_start_ts for k in ks if k.kernel_start_ts]
-                e = [k.kernel_stop_ts for k in ks if k.kernel_stop_ts]
-                starts.append(min(s) if s else None)
-                stops.append(max(e) if e else None)
-            else:
-                starts.append(None)
-                stops.append(None)
+    def _frame(self, rows: list[_Line], p2p: bool, cols: dict[str, list], traces: list[_Trace | None]) -> None:
+        # header / metadata repeat on every line: each distinct one is decoded once
+        hkeys = [bytes(r.header) for r in rows]
+        mkeys = [bytes(r.metadata) for r in rows]
+        hidx, midx = self.hdr_index, self.meta_index
+        for k in set(hkeys).difference(hidx):
+            hidx[k] = self._new_header(k)
+        for k in set(mkeys).difference(midx):
+            midx[k] = self._new_meta(k)
+        hdr = [hidx[k] for k in hkeys]
+        self.no_header += hdr.count(-1)
         n = len(rows)
-        self.frames.append(pl.DataFrame({
-            "hdr": [self._hdr(r.header) for r in rows], "meta": [self._meta(r.metadata) for r in rows],
-            "p2p": [p2p] * n, "op": op, "seq": seq, "bytes": size, "exec_us": exec_us, "timing_source": src,
-            "busbw_gbps": busbw, "algo": algo or [None] * n, "proto": proto or [None] * n,
-            "peer_comm_rank": peer or [None] * n, "kstart_us": starts, "kstop_us": stops,
-        }, schema=_RAW_SCHEMA))
+        data = {"hdr": hdr, "meta": [midx[k] for k in mkeys], "p2p": [p2p] * n, **cols}
+        if any(t is not None for t in traces):  # verbose: first channel's start to last channel's stop
+            spans = [_span(t) for t in traces]
+            data["kstart_us"] = [a for a, _ in spans]
+            data["kstop_us"] = [b for _, b in spans]
+        none = [None] * n
+        for c, values in self.pending.items():
+            values.extend(data.get(c, none))
+        self.n_pending += n
+        if self.n_pending >= _FRAME_ROWS:
+            self.flush()
+
+    def flush(self) -> None:
+        """Pending lists -> one DataFrame (a frame per ~``_FRAME_ROWS`` records: Polars' cost per frame is
+        paid rarely, and the Python lists never hold more than that)."""
+        if self.n_pending:
+            self.frames.append(pl.DataFrame(self.pending, schema=_RAW_SCHEMA))
+            self.pending = {c: [] for c in _RAW_SCHEMA}
+            self.n_pending = 0
 
 
+def _span(t: _Trace | None) -> tuple[int | None, int | None]:
+    ks = t.kernel_events if t is not None else None
+    if not ks:
+        return None, None
+    s = [k.kernel_start_ts for k in ks if k.kernel_start_ts]
+    e = [k.kernel_stop_ts for k in ks if k.kernel_stop_ts]
+    return (min(s) if s else None), (max(e) if e else None)
+
+
+_FRAME_ROWS = 1 << 18
 _RAW_SCHEMA = {"hdr": pl.Int32, "meta": pl.Int32, "p2p": pl.Boolean, "op": pl.Utf8, "seq": pl.Int64,
                "bytes": pl.Int64, "exec_us": pl.Int64, "timing_source": pl.Categorical, "busbw_gbps": pl.Float32,
-               "algo": pl.Categorical, "proto": pl.Categorical, "peer_comm_rank": pl.Int32,
-               "kstart_us": pl.Int64, "kstop_us": pl.Int64}
+               "algo": pl.Categorical, "proto": pl.Categorical, "peer_comm_rank": pl.Int32, "kstart_us": pl.Int64,
+               "kstop_us": pl.Int64}
 
 
 def read_file(path: Path) -> _File:
     """Every record of one log file, batch by batch; bad lines are counted, never raised."""
+    # a batch allocates ~10 objects a record that all live until its columns are built: the cyclic GC would
+    # scan them over and over (Structs are declared gc=False for the same reason) and finds no cycle here
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        return _read_file(path)
+    finally:
+        if was:
+            gc.enable()
+
+
+_NL_TO_COMMA = bytes.maketrans(b"\n", b",")
+_BAD = (msgspec.DecodeError, msgspec.ValidationError)
+
+
+def _read_file(path: Path) -> _File:
     cols = _Columns()
     lines = bad = 0
     first_bad: int | None = None
     truncated = False
     for block, last in _blocks(path):
-        text = block.replace(b"\r\n", b"\n").strip(b"\n")
-        if not text:
-            continue
-        if b"\n\n" in text:  # blank lines would be empty array slots
-            text = b"\n".join(x for x in text.split(b"\n") if x.strip())
-        n = text.count(b"\n") + 1
+        # the lines as one JSON array: one translate and one join, no per-line work
+        t = block.translate(_NL_TO_COMMA)
         try:
-            recs = _BATCH.decode(b"[" + text.replace(b"\n", b",") + b"]")
-        except (msgspec.DecodeError, msgspec.ValidationError):
+            recs = _BATCH.decode(b"".join((b"[", memoryview(t)[:len(t) - t.endswith(b",")], b"]")))
+            lines += len(recs)
+        except _BAD:  # a bad line, a blank one, CRLF endings: line by line, so a bad line costs only itself
             recs = []
-            for i, line in enumerate(text.split(b"\n")):
+            split = block.split(b"\n")
+            if split[-1] == b"":
+                split.pop()
+            for i, line in enumerate(split):
+                if not line.strip():
+                    continue
                 try:
                     recs.append(_ONE.decode(line))
-                except (msgspec.DecodeError, msgspec.ValidationError):
-                    if last and i == n - 1 and not block.endswith(b"\n"):
+                except _BAD:
+                    if last and i == len(split) - 1 and not block.endswith(b"\n"):
                         truncated = True  # the writer stopped mid-line (job killed): only that line is lost
                     else:
                         bad += 1
                         first_bad = first_bad or lines + i + 1
-        lines += n
+            lines += len(split)
         cols.add(recs)
+    cols.flush()
     records = pl.concat(cols.frames) if cols.frames else pl.DataFrame(schema=_RAW_SCHEMA)
-    return _File(path, records, cols.headers, cols.metas, lines, bad, first_bad, cols.unknown,
-                 int(records.filter(pl.col("hdr") < 0).height), truncated)
+    return _File(path, records, cols.headers, cols.metas, lines, bad, first_bad, cols.unknown, cols.no_header,
+                 truncated)
 
 
-def read(files: list[Path]) -> TraceSet:
-    """All logs of one job -> a TraceSet (verbose logs fill ``gpu`` and ``collectives``) with ``inspector`` set."""
-    parsed = [read_file(p) for p in files]
+def read(files: list[Path], jobs: int | None = None) -> TraceSet:
+    """All logs of one job -> a TraceSet (verbose logs fill ``gpu`` and ``collectives``) with ``inspector`` set.
+    Files are decoded in ``jobs`` worker processes (default: the cores), each file's columns sent back."""
+    jobs = min(jobs or os.cpu_count() or 1, len(files))
+    if jobs <= 1:
+        return assemble([read_file(p) for p in files])
+    from concurrent.futures import ProcessPoolExecutor
+
+    from ..workers import no_main_reimport, worker_context
+
+    with no_main_reimport(), ProcessPoolExecutor(max_workers=jobs, mp_context=worker_context()) as pool:
+        parsed = list(pool.map(read_file, files, chunksize=max(1, len(files) // (4 * jobs))))
     return assemble(parsed)
 
 
@@ -415,13 +458,13 @@ def _timeline(verbose: pl.DataFrame, comms: pl.DataFrame) -> tuple[pl.DataFrame,
     return conform(gpu, GPU_SCHEMA), conform(coll, COLLECTIVE_SCHEMA), dropped
 
 
-def load_logs(files: list, ranks: tuple[int, ...] | None = None) -> TraceSet:
+def load_logs(files: list, ranks: tuple[int, ...] | None = None, jobs: int | None = None) -> TraceSet:
     """The loader's entry for discovered files (``TraceFile``): every file must be an Inspector log."""
     other = [f for f in files if f.format != FORMAT]
     if other:
         raise UsageError(f"{other[0].path} is a {other[0].format} trace among NCCL Inspector logs: analyze "
                          "profiler traces and Inspector logs separately")
-    ts = read([f.path for f in files])
+    ts = read([f.path for f in files], jobs)
     if ranks is not None:
         from dataclasses import replace
 
