@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -107,8 +108,9 @@ def implied_busbw(op: str, msg: int, n: int, t_us: int) -> float:
     return traffic(op, msg, n) / (t_us * 1e3) * bus_factor(op, n)
 
 
-def generate(spec: Spec) -> tuple[dict[str, list[str]], dict]:
-    """File name -> lines, and the truth."""
+def generate(spec: Spec, sink: Callable[[str, list[str]], None] | None = None) -> tuple[dict[str, list[str]], dict]:
+    """File name -> lines, and the truth. With ``sink``, each dump's lines go to ``sink(file name, lines)``
+    instead (large logs in bounded memory) and the files come back empty."""
     rng = random.Random(spec.seed)
     comms = communicators(spec, rng)
     world = spec.nodes * spec.gpus_per_node
@@ -117,6 +119,8 @@ def generate(spec: Spec) -> tuple[dict[str, list[str]], dict]:
     clock = [0] * world  # true time each rank is free
     cursor = {r: T0_US + rng.randrange(0, 50) for r in range(world)}
     lines: dict[int, list[str]] = {r: [] for r in range(world)}
+    names = {r: f"{host[r]}-pid{pids[r]}.log" for r in range(world)}
+    written = 0
     truth_t: dict[tuple[str, str, int], int] = {}
     caused: dict[int, int] = {r: 0 for r in range(world)}
     del clock
@@ -167,9 +171,14 @@ def generate(spec: Spec) -> tuple[dict[str, list[str]], dict]:
         run(by_kind["world"][0], "all_reduce", spec.world_bytes, {})
         if (it + 1) % spec.dump_every == 0 or it == spec.iterations - 1:
             _dump(spec, comms, lines, host, pids, max(cursor.values()) + 100)
+            if sink is not None:
+                for r, ls in lines.items():
+                    written += len(ls)
+                    sink(names[r], ls)
+                    lines[r] = []
 
-    files = {f"{host[r]}-pid{pids[r]}.log": lines[r] for r in range(world)}
-    truth = _truth(spec, comms, truth_t, host, pids, caused, sum(len(v) for v in lines.values()))
+    files = {names[r]: lines[r] for r in range(world)}
+    truth = _truth(spec, comms, truth_t, host, pids, caused, written + sum(len(v) for v in lines.values()))
     return files, truth
 
 
@@ -237,10 +246,16 @@ def _truth(spec: Spec, comms: list[dict], truth_t: dict, host: list[str], pids: 
 
 
 def write(spec: Spec, out: Path) -> dict:
-    files, truth = generate(spec)
+    """The logs and ``ground_truth.json`` under ``out``, written dump by dump (memory bounded by one dump)."""
     out.mkdir(parents=True, exist_ok=True)
-    for name, lines in files.items():
-        (out / name).write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    for old in out.glob("*.log"):
+        old.unlink()
+
+    def sink(name: str, lines: list[str]) -> None:
+        with open(out / name, "a", encoding="utf-8") as fh:
+            fh.write("".join(line + "\n" for line in lines))
+
+    _, truth = generate(spec, sink)
     (out / "ground_truth.json").write_text(json.dumps(truth, indent=1) + "\n", encoding="utf-8")
     return truth
 

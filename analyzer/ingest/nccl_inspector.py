@@ -257,7 +257,10 @@ class _Columns:
         """Pending lists -> one DataFrame (a frame per ~``_FRAME_ROWS`` records: Polars' cost per frame is
         paid rarely, and the Python lists never hold more than that)."""
         if self.n_pending:
-            self.frames.append(pl.DataFrame(self.pending, schema=_RAW_SCHEMA))
+            df = pl.DataFrame(self.pending, schema=_RAW_SCHEMA)
+            # columns the log never fills (timestamps without verbose mode, algo/proto, peer) stay out: they
+            # come back as one null scalar, not 8 bytes a record (76 -> 48 bytes a record without timestamps)
+            self.frames.append(df.select(c for c in df.columns if df[c].null_count() < df.height))
             self.pending = {c: [] for c in _RAW_SCHEMA}
             self.n_pending = 0
 
@@ -289,6 +292,18 @@ def read_file(path: Path) -> _File:
     finally:
         if was:
             gc.enable()
+
+
+def _concat(frames: list[pl.DataFrame]) -> pl.DataFrame:
+    """Frames that may lack the columns their records never filled; the missing ones are null scalars."""
+    if not frames:
+        return pl.DataFrame(schema=_RAW_SCHEMA)
+    have = set().union(*(f.columns for f in frames))
+    order = [c for c in _RAW_SCHEMA if c in have] + sorted(have - set(_RAW_SCHEMA))  # + the reader's "file"
+    frames = [f.with_columns(pl.lit(None, dtype=_RAW_SCHEMA[c]).alias(c) for c in have - set(f.columns))
+              for f in frames]
+    return pl.concat([f.select(order) for f in frames]).with_columns(
+        pl.lit(None, dtype=t).alias(c) for c, t in _RAW_SCHEMA.items() if c not in have)
 
 
 _NL_TO_COMMA = bytes.maketrans(b"\n", b",")
@@ -325,7 +340,7 @@ def _read_file(path: Path) -> _File:
             lines += len(split)
         cols.add(recs)
     cols.flush()
-    records = pl.concat(cols.frames) if cols.frames else pl.DataFrame(schema=_RAW_SCHEMA)
+    records = _concat(cols.frames)
     return _File(path, records, cols.headers, cols.metas, lines, bad, first_bad, cols.unknown, cols.no_header,
                  truncated)
 
@@ -362,6 +377,7 @@ def assemble(parsed: list[_File]) -> TraceSet:
         metas.extend({"file": fi, "meta": i, "hostname": m.hostname or None, "pid": m.pid if m.pid >= 0 else None,
                       "version": m.inspector_output_format_version} for i, m in enumerate(f.metas))
         recs.append(f.records.filter(pl.col("hdr") >= 0).with_columns(pl.lit(fi, dtype=pl.Int32).alias("file")))
+    recs = [_concat(recs)]
     hdr_df = pl.DataFrame(hdrs, schema={"file": pl.Int32, "hdr": pl.Int32, "id": pl.Utf8, "name": pl.Utf8,
                                         "comm_rank": pl.Int32, "n_ranks": pl.Int32, "nnodes": pl.Int32})
     meta_df = pl.DataFrame(metas, schema={"file": pl.Int32, "meta": pl.Int32, "hostname": pl.Utf8, "pid": pl.Int64,
@@ -395,6 +411,10 @@ def assemble(parsed: list[_File]) -> TraceSet:
     if dropped:
         warnings.append(f"{dropped} logged operations are absent from some members' logs (a ring buffer overflowed, "
                         "or a log ends early): left out of the timeline, kept in the Inspector tables")
+    if verbose.height:
+        warnings.append("NCCL Inspector logs hold communication kernels only: the time between them counts as idle, "
+                        "so a straggler called host-bound was late outside NCCL (its compute or its host; a "
+                        "profiler trace tells which)")
     if verbose.height == 0:
         warnings.append("no kernel timestamps (NCCL_INSPECTOR_DUMP_VERBOSE=0): per-communicator bandwidth and "
                         "rank outliers come from kernel times only; set NCCL_INSPECTOR_DUMP_VERBOSE=1 for the "
