@@ -199,3 +199,32 @@ def test_shipped_sample_matches_its_ground_truth() -> None:
     assert doc["inspector"]["verdict"]["rank"] == truth["slow_rank"]
     assert doc["stragglers"]["verdict"]["rank"] == truth["slow_rank"]
     assert {r["id"] for r in doc["inspector"]["slow_links"]} == {truth["slow_link"]["id"]}
+
+
+def test_without_a_world_communicator_ranks_follow_hostname_and_pid(quiet: tuple[Path, dict], tmp_path: Path) -> None:
+    folder, truth = quiet
+    for f in folder.glob("*.log"):  # the world all-reduce logged nothing (below the plugin's size floor, say)
+        kept = [x for x in f.read_text().splitlines(keepends=True) if '"comm_name":"default_pg"' not in x]
+        (tmp_path / f.name).write_text("".join(kept))
+    doc = _json(tmp_path)
+    assert any("no communicator spans all 8 processes" in w for w in doc["warnings"])
+    order = sorted(truth["processes"], key=lambda p: (p["hostname"], p["pid"]))
+    assert [Path(p).name for p in doc["source"]["paths"]] == [f"{p['hostname']}-pid{p['pid']}.log" for p in order]
+    slow = next(i for i, p in enumerate(order) if p["rank"] == truth["slow_rank"])
+    assert doc["inspector"]["verdict"]["rank"] == slow
+    # communicator membership is still exact: the slow link's members, renumbered the same way
+    new = {p["rank"]: i for i, p in enumerate(order)}
+    want = ",".join(str(new[r]) for r in truth["slow_link"]["ranks"])
+    assert {r["ranks"] for r in doc["inspector"]["slow_links"]} == {want}
+
+
+def test_algorithm_and_protocol_where_a_writer_adds_them(quiet: tuple[Path, dict], tmp_path: Path) -> None:
+    folder, truth = quiet
+    for f in folder.glob("*.log"):  # the plugin's JSON has none; a patched writer may add them
+        (tmp_path / f.name).write_text(f.read_text().replace('"coll_timing_source"',
+                                                             '"coll_algo":"RING","coll_proto":"SIMPLE","coll_timing_source"'))
+    doc = _json(tmp_path)
+    assert {(r["algo"], r["proto"]) for r in doc["inspector"]["busbw"] if r["op"] not in ("send", "recv")} == {
+        ("RING", "SIMPLE")}
+    md = cli("analyze", tmp_path, "--no-cache", "-j", "1", "--format", "markdown").stdout
+    assert "| algo/proto |" in md and "| RING/SIMPLE |" in md
