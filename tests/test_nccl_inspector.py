@@ -228,3 +228,26 @@ def test_algorithm_and_protocol_where_a_writer_adds_them(quiet: tuple[Path, dict
         ("RING", "SIMPLE")}
     md = cli("analyze", tmp_path, "--no-cache", "-j", "1", "--format", "markdown").stdout
     assert "| algo/proto |" in md and "| RING/SIMPLE |" in md
+
+
+def test_profiler_traces_and_inspector_logs_are_not_mixed(quiet: tuple[Path, dict], tmp_path: Path) -> None:
+    folder, _ = quiet
+    for f in sorted(folder.glob("*.log")):
+        shutil.copy(f, tmp_path / f.name)
+    kineto = next((SAMPLE.parent / "gpu_h200" / "ddp_balanced").glob("*rank0*"))
+    shutil.copy(kineto, tmp_path / kineto.name)
+    res = cli("analyze", tmp_path, "--no-cache", "-j", "1")
+    assert res.returncode == 2 and "among NCCL Inspector logs" in res.stderr and res.stderr.count("\n") == 1
+
+
+def test_missing_ranks_are_named(quiet: tuple[Path, dict], tmp_path: Path) -> None:
+    folder, truth = quiet
+    gone = truth["processes"][3]
+    for f in folder.glob("*.log"):
+        if f.name != f"{gone['hostname']}-pid{gone['pid']}.log":
+            shutil.copy(f, tmp_path / f.name)
+    doc = _json(tmp_path)
+    assert doc["source"]["ranks"] == [0, 1, 2, 4, 5, 6, 7] and doc["source"]["world_size"] == 8
+    assert any("no log from rank(s) 3 of 8" in w for w in doc["warnings"])
+    # rank 3's communicators have no complete instance left; the others still answer
+    assert doc["inspector"]["verdict"]["rank"] == truth["slow_rank"]
