@@ -210,6 +210,25 @@ class _Columns:
         self.metas.append(m)
         return len(self.metas) - 1
 
+    def _meta_index_of(self, raw: Raw) -> int:
+        key = bytes(raw)
+        i = self.meta_index.get(key)
+        if i is None:
+            i = self.meta_index[key] = self._new_meta(key)
+        return i
+
+    def _metas(self, rows: list[_Line]) -> list[int]:
+        """Each record's metadata index. The plugin writes one file per process, so a batch is normally one
+        process: then (checked on 17 records spread over the batch) every record takes the first one's
+        metadata and no per-record work is done; else each record's own."""
+        n = len(rows)
+        probe = [self._meta_index_of(r.metadata) for r in rows[::max(1, n // 16)]]
+        probe.append(self._meta_index_of(rows[-1].metadata))
+        procs = {(self.metas[i].hostname, self.metas[i].pid) for i in probe}
+        if len(procs) == 1:
+            return [probe[0]] * n
+        return [self._meta_index_of(r.metadata) for r in rows]
+
     def add(self, lines: list[_Line]) -> None:
         colls = [r for r in lines if r.coll_perf is not None]
         p2ps = [r for r in lines if r.coll_perf is None and r.p2p_perf is not None]
@@ -232,16 +251,13 @@ class _Columns:
     def _frame(self, rows: list[_Line], p2p: bool, cols: dict[str, list], traces: list[_Trace | None]) -> None:
         # header / metadata repeat on every line: each distinct one is decoded once
         hkeys = [bytes(r.header) for r in rows]
-        mkeys = [bytes(r.metadata) for r in rows]
-        hidx, midx = self.hdr_index, self.meta_index
+        hidx = self.hdr_index
         for k in set(hkeys).difference(hidx):
             hidx[k] = self._new_header(k)
-        for k in set(mkeys).difference(midx):
-            midx[k] = self._new_meta(k)
         hdr = [hidx[k] for k in hkeys]
         self.no_header += hdr.count(-1)
         n = len(rows)
-        data = {"hdr": hdr, "meta": [midx[k] for k in mkeys], "p2p": [p2p] * n, **cols}
+        data = {"hdr": hdr, "meta": self._metas(rows), "p2p": [p2p] * n, **cols}
         if any(t is not None for t in traces):  # verbose: first channel's start to last channel's stop
             spans = [_span(t) for t in traces]
             data["kstart_us"] = [a for a, _ in spans]
