@@ -46,7 +46,7 @@ from ..model import (
     empty,
 )
 from .inspector_decode import FORMAT, KNOWN_VERSIONS, OPS, LogFile, concat, read_file, sniff
-from .inspector_ranks import map_ranks
+from .inspector_ranks import Ranks, map_ranks
 
 
 def read(files: list[Path], jobs: int | None = None) -> TraceSet:
@@ -80,8 +80,9 @@ def assemble(parsed: list[LogFile]) -> TraceSet:
                      "nnodes": h.nnodes} for i, h in enumerate(f.headers))
         metas.extend({"file": fi, "meta": i, "hostname": m.hostname or None, "pid": m.pid if m.pid >= 0 else None,
                       "version": m.inspector_output_format_version} for i, m in enumerate(f.metas))
-        recs.append(f.records.filter(pl.col("hdr") >= 0).with_columns(pl.lit(fi, dtype=pl.Int32).alias("file")))
-        f.records = f.records.clear()  # the job's table is built next: the file's copy is not needed again
+        recs.append(concat([f.records.filter(pl.col("hdr") >= 0)]).with_columns(
+            pl.lit(fi, dtype=pl.Int32).alias("file")))
+        f.records = f.records.clear()  # the job's table is built from ``recs``: the file's copy is not needed again
     hdr_df = pl.DataFrame(hdrs, schema={"file": pl.Int32, "hdr": pl.Int32, "id": pl.Utf8, "name": pl.Utf8,
                                         "comm_rank": pl.Int32, "n_ranks": pl.Int32, "nnodes": pl.Int32})
     meta_df = pl.DataFrame(metas, schema={"file": pl.Int32, "meta": pl.Int32, "hostname": pl.Utf8, "pid": pl.Int64,
@@ -91,33 +92,16 @@ def assemble(parsed: list[LogFile]) -> TraceSet:
         warnings.append(f"NCCL Inspector output format {', '.join(versions)} is newer than the {KNOWN_VERSIONS[-1]} "
                         "this reader knows: its fields were read by name")
     names = [str(f.path) for f in usable]
-    all_recs = concat(recs)
-    del recs
-    used = all_recs.select("file", "hdr", "meta").unique()
+    used = pl.concat([r.select("file", "hdr", "meta").unique() for r in recs])
     ranks = map_ranks(hdr_df, meta_df, used, names)
     warnings.extend(ranks.warnings)
-    # small lookup tables mapped onto the big one by integer keys (a join would copy every column)
-    wide = 1 << 31
-    meta_key = pl.col("file").cast(pl.Int64) * wide + pl.col("meta")
-    hdr_key = pl.col("file").cast(pl.Int64) * wide + pl.col("hdr")
-    p_of = ranks.process_of.select(meta_key.alias("k"), "rank")
-    c_of = ranks.comm_of.select(hdr_key.alias("k"), "comm", "comm_rank")
-    peer = ranks.peer_of.select((pl.col("comm").cast(pl.Int64) * wide + pl.col("peer_comm_rank")).alias("k"), "peer")
-    op_names = {o: OPS.get(o, o.lower()) for o in all_recs["op"].unique().drop_nulls().to_list()}
-    records = all_recs.select(
-        meta_key.replace_strict(p_of["k"], p_of["rank"], default=None, return_dtype=pl.Int32).alias("rank"),
-        hdr_key.replace_strict(c_of["k"], c_of["comm"], default=None, return_dtype=pl.Int32).alias("comm"),
-        hdr_key.replace_strict(c_of["k"], c_of["comm_rank"], default=None, return_dtype=pl.Int32).alias("comm_rank"),
-        "p2p", pl.col("op").replace_strict(op_names, return_dtype=pl.Categorical).alias("op"), "seq", "bytes",
-        (pl.col("exec_us") * 1000).alias("exec_ns"), "timing_source", "busbw_gbps", "algo", "proto",
-        "peer_comm_rank", (pl.col("kstart_us") * 1000).alias("start_ns"), (pl.col("kstop_us") * 1000).alias("end_ns"),
-    )
-    del all_recs
-    records = records.with_columns(
-        (pl.col("comm").cast(pl.Int64) * wide + pl.col("peer_comm_rank"))
-        .replace_strict(peer["k"], peer["peer"], default=None, return_dtype=pl.Int32).alias("peer"))
-    table = conform(records, INSPECTOR_SCHEMA)
-    del records
+    op_names = {o: OPS.get(o, o.lower()) for r in recs for o in r["op"].unique().drop_nulls().to_list()}
+    # file by file (peak memory: the raw and the mapped table, not several copies of the job's), then chunks
+    # put together without a copy
+    for i in range(len(recs)):
+        recs[i] = _mapped(recs[i], ranks, op_names)
+    table = conform(pl.concat(recs, rechunk=False), INSPECTOR_SCHEMA)
+    del recs
     verbose = table.filter(pl.col("start_ns").is_not_null() & pl.col("end_ns").is_not_null() & pl.col("rank")
                            .is_not_null())
     if 0 < verbose.height < table.height:
@@ -147,6 +131,29 @@ def assemble(parsed: list[LogFile]) -> TraceSet:
                     warnings=tuple(warnings),
                     inspector=InspectorLog(table, conform(ranks.comms, INSPECTOR_COMM_SCHEMA), verbose.height > 0,
                                            counts))
+
+
+def _mapped(raw: pl.DataFrame, ranks: Ranks, op_names: dict[str, str]) -> pl.DataFrame:
+    """One file's raw columns with global ranks, communicators and peers: small lookup tables mapped by integer
+    keys (a join would copy every column)."""
+    wide = 1 << 31
+    meta_key = pl.col("file").cast(pl.Int64) * wide + pl.col("meta")
+    hdr_key = pl.col("file").cast(pl.Int64) * wide + pl.col("hdr")
+    p_of = ranks.process_of.select(meta_key.alias("k"), "rank")
+    c_of = ranks.comm_of.select(hdr_key.alias("k"), "comm", "comm_rank")
+    peer = ranks.peer_of.select((pl.col("comm").cast(pl.Int64) * wide + pl.col("peer_comm_rank")).alias("k"), "peer")
+    records = raw.select(
+        meta_key.replace_strict(p_of["k"], p_of["rank"], default=None, return_dtype=pl.Int32).alias("rank"),
+        hdr_key.replace_strict(c_of["k"], c_of["comm"], default=None, return_dtype=pl.Int32).alias("comm"),
+        hdr_key.replace_strict(c_of["k"], c_of["comm_rank"], default=None, return_dtype=pl.Int32).alias("comm_rank"),
+        "p2p", pl.col("op").replace_strict(op_names, return_dtype=pl.Categorical).alias("op"), "seq", "bytes",
+        (pl.col("exec_us") * 1000).alias("exec_ns"), "timing_source", "busbw_gbps", "algo", "proto",
+        "peer_comm_rank", (pl.col("kstart_us") * 1000).alias("start_ns"), (pl.col("kstop_us") * 1000).alias("end_ns"),
+    )
+    return records.with_columns(
+        (pl.col("comm").cast(pl.Int64) * wide + pl.col("peer_comm_rank"))
+        .replace_strict(peer["k"], peer["peer"], default=None, return_dtype=pl.Int32).alias("peer")
+    ).drop("peer_comm_rank")
 
 
 def _file_warnings(f: LogFile) -> list[str]:
