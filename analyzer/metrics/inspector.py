@@ -52,7 +52,9 @@ class InspectorSummary:
 
 def instances(records: pl.DataFrame, comms: pl.DataFrame) -> pl.DataFrame:
     """One row per logged collective instance (communicator, seq): members seen, transfer, last rank."""
-    coll = records.filter(~pl.col("p2p") & pl.col("rank").is_not_null())
+    # only the columns used: a filter copies every column it keeps (millions of records)
+    coll = records.select("comm", "seq", "rank", "p2p", "op", "bytes", "exec_ns", "algo", "proto", "busbw_gbps").filter(
+        ~pl.col("p2p") & pl.col("rank").is_not_null())
     return (
         coll.group_by("comm", "seq")
         .agg(
@@ -92,7 +94,8 @@ def analyze(log: InspectorLog) -> InspectorSummary:
     inst = instances(log.records, comms).with_columns(_size_bucket())
     complete = inst.filter(pl.col("complete"))
     # p2p: each record alone (its transfer is its kernel time: a send waits for its recv only at the start)
-    p2p = log.records.filter(pl.col("p2p") & pl.col("rank").is_not_null()).join(
+    p2p = log.records.filter(pl.col("p2p") & pl.col("rank").is_not_null()).select(
+        "comm", "op", "bytes", "exec_ns", "algo", "proto", "busbw_gbps").join(
         comms.select("comm", "n_ranks"), on="comm", how="left").with_columns(
         pl.col("op").cast(pl.Utf8), pl.col("exec_ns").alias("transfer_ns"), _size_bucket(),
         pl.col("algo").cast(pl.Utf8), pl.col("proto").cast(pl.Utf8),
@@ -165,7 +168,7 @@ def _ranks(records: pl.DataFrame, complete: pl.DataFrame) -> pl.DataFrame:
     """Per rank. Ranks tied for the shortest kernel share the instance's caused wait and last arrival. Under
     no straggler each member is last with chance 1/n: ``caused_wait_z`` is the rank's caused wait against
     that expectation, in standard deviations (an instance's wait weighs by its size)."""
-    mine = records.filter(pl.col("rank").is_not_null())
+    mine = records.select("rank", "comm", "seq", "p2p", "exec_ns").filter(pl.col("rank").is_not_null())
     rows = mine.filter(~pl.col("p2p")).join(
         complete.select("comm", "seq", "transfer_ns", "n_ranks", "n_last", "caused_wait_ns"), on=["comm", "seq"])
     p = 1.0 / pl.col("n_ranks")
@@ -214,7 +217,8 @@ def family(name: pl.Expr) -> pl.Expr:
 
 def _dimensions(records: pl.DataFrame, complete: pl.DataFrame, comms: pl.DataFrame) -> pl.DataFrame:
     """Per rank and communicator family (from the names the job gave its communicators)."""
-    rows = records.filter(pl.col("rank").is_not_null()).join(comms.select("comm", "name", "intra_node"), on="comm")
+    rows = records.select("rank", "comm", "seq", "exec_ns").filter(pl.col("rank").is_not_null()).join(
+        comms.select("comm", "name", "intra_node"), on="comm")
     rows = rows.join(complete.select("comm", "seq", "transfer_ns"), on=["comm", "seq"], how="left").with_columns(
         family(pl.col("name")).alias("dimension"))
     return rows.group_by("rank", "dimension").agg(
