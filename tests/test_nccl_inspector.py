@@ -11,6 +11,7 @@ import json
 import shutil
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 from sample_traces.inspector_gen import Spec, generate, write
@@ -251,3 +252,21 @@ def test_missing_ranks_are_named(quiet: tuple[Path, dict], tmp_path: Path) -> No
     assert any("no log from rank(s) 3 of 8" in w for w in doc["warnings"])
     # rank 3's communicators have no complete instance left; the others still answer
     assert doc["inspector"]["verdict"]["rank"] == truth["slow_rank"]
+
+
+def test_a_long_verbose_log_puts_its_latest_part_on_the_timeline(verbose: tuple[Path, dict],
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from analyzer.ingest import nccl_inspector
+
+    folder, truth = verbose
+    monkeypatch.setattr(nccl_inspector, "TIMELINE_MAX_RECORDS", 300)
+    ts = nccl_inspector.read(sorted(folder.glob("*.log")), jobs=1)
+    assert ts.inspector.records.height == truth["records"]  # the Inspector tables keep everything
+    assert 0 < ts.collectives.height <= 300 and any("covers the" in w for w in ts.warnings)
+    # whole instances only: every kept (communicator, seq) has all its members
+    per = ts.collectives.group_by("pg", "op", "seq").agg(pl.len().alias("n"), pl.col("group_size").first())
+    assert per.filter((pl.col("n") != pl.col("group_size")) & ~pl.col("op").is_in(["send", "recv"])).height == 0
+    # and they are the latest: the last operation logged is kept, and nothing kept starts before the cut
+    assert ts.collectives["start_ns"].max() == ts.inspector.records["start_ns"].max()
+    cut = ts.inspector.records["start_ns"].top_k(300).min()
+    assert ts.collectives["start_ns"].min() >= cut

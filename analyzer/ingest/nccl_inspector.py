@@ -27,6 +27,7 @@ operation also becomes a communication kernel and a ``collectives`` row, so the 
 from __future__ import annotations
 
 import os
+from datetime import datetime, timezone
 from pathlib import Path
 
 import polars as pl
@@ -47,6 +48,10 @@ from ..model import (
 )
 from .inspector_decode import FORMAT, KNOWN_VERSIONS, OPS, LogFile, concat, read_file, sniff
 from .inspector_ranks import Ranks, map_ranks
+
+# operations with timestamps put on the timeline at most (the latest ones): the trace analysis took 967 MB at
+# peak for 64 ranks x 5 k operations (benchmarks/inspector_bench.py --verbose)
+TIMELINE_MAX_RECORDS = 200_000
 
 
 def read(files: list[Path], jobs: int | None = None) -> TraceSet:
@@ -104,6 +109,10 @@ def assemble(parsed: list[LogFile]) -> TraceSet:
     del recs
     verbose = table.filter(pl.col("start_ns").is_not_null() & pl.col("end_ns").is_not_null() & pl.col("rank")
                            .is_not_null())
+    if verbose.height > TIMELINE_MAX_RECORDS:
+        verbose, since = _latest(verbose, TIMELINE_MAX_RECORDS)
+        warnings.append(f"{table.height:,} records have kernel timestamps: the timeline (the trace analysis) covers "
+                        f"the {verbose.height:,} operations from {since} on, the Inspector tables all of them")
     if 0 < verbose.height < table.height:
         warnings.append(f"{table.height - verbose.height} of {table.height} records have no kernel timestamps "
                         "(NCCL_INSPECTOR_DUMP_VERBOSE=0 for part of the job): only the others are on the timeline")
@@ -154,6 +163,16 @@ def _mapped(raw: pl.DataFrame, ranks: Ranks, op_names: dict[str, str]) -> pl.Dat
         (pl.col("comm").cast(pl.Int64) * wide + pl.col("peer_comm_rank"))
         .replace_strict(peer["k"], peer["peer"], default=None, return_dtype=pl.Int32).alias("peer")
     ).drop("peer_comm_rank")
+
+
+def _latest(verbose: pl.DataFrame, n: int) -> tuple[pl.DataFrame, str]:
+    """The whole instances that start in the last ``n`` records' time (the trace analysis holds every kernel
+    in memory, about 3 kB each: a day of always-on logs does not fit, its latest part does)."""
+    cutoff = verbose["start_ns"].top_k(n).min()
+    first = verbose.group_by("comm", "p2p", "seq").agg(pl.col("start_ns").min().alias("_first"))
+    keep = first.filter(pl.col("_first") >= cutoff).select("comm", "p2p", "seq")
+    since = datetime.fromtimestamp(cutoff / 1e9, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return verbose.join(keep, on=["comm", "p2p", "seq"], how="semi"), since
 
 
 def _file_warnings(f: LogFile) -> list[str]:
