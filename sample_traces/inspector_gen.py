@@ -147,8 +147,9 @@ def generate(spec: Spec, sink: Callable[[str, list[str]], None] | None = None) -
         a_s, a_d = cursor[src], cursor[dst]
         start = max(a_s, a_d)
         end = start + t
-        c["done"][src].append(("send", c["sn"], msg, a_s, end))
-        c["done"][dst].append(("recv", c["sn"], msg, a_d, end))
+        # p2p_sn counts each process's own p2p operations on the communicator, from 1 (inspector_plugin.cc)
+        c["done"][src].append(("send", c["sn"] + 1, msg, a_s, end))
+        c["done"][dst].append(("recv", c["sn"] + 1, msg, a_d, end))
         cursor[src] = cursor[dst] = end
         c["sn"] += 1
 

@@ -194,10 +194,13 @@ def _timeline(verbose: pl.DataFrame, comms: pl.DataFrame) -> tuple[pl.DataFrame,
     with a log are kept, so each communicator's ordinals line up across ranks (``match`` pairs by ordinal)."""
     if verbose.height == 0:
         return empty(GPU_SCHEMA), empty(COLLECTIVE_SCHEMA), 0
-    members = verbose.group_by("comm").agg(pl.col("rank").n_unique().alias("_m"))
-    seen = verbose.group_by("comm", "p2p", "seq").agg(pl.col("rank").n_unique().alias("_n"))
-    keep = seen.join(members, on="comm").filter(pl.col("_n") == pl.col("_m")).select("comm", "p2p", "seq")
-    rows = verbose.join(keep, on=["comm", "p2p", "seq"], how="semi")
+    # p2p_sn counts each process's own sends and receives, so it names no cross-rank instance: p2p records are
+    # all kept (``match`` pairs them by peer and order); collectives only where every member logged them
+    coll = verbose.filter(~pl.col("p2p"))
+    members = coll.group_by("comm").agg(pl.col("rank").n_unique().alias("_m"))
+    seen = coll.group_by("comm", "seq").agg(pl.col("rank").n_unique().alias("_n"))
+    keep = seen.join(members, on="comm").filter(pl.col("_n") == pl.col("_m")).select("comm", "seq")
+    rows = pl.concat([coll.join(keep, on=["comm", "seq"], how="semi"), verbose.filter(pl.col("p2p"))])
     dropped = verbose.height - rows.height
     op = pl.col("op").cast(pl.Utf8)
     n = pl.col("n_ranks")
