@@ -270,3 +270,10 @@ def test_a_long_verbose_log_puts_its_latest_part_on_the_timeline(verbose: tuple[
     assert ts.collectives["start_ns"].max() == ts.inspector.records["start_ns"].max()
     cut = ts.inspector.records["start_ns"].top_k(300).min()
     assert ts.collectives["start_ns"].min() >= cut
+
+
+def test_balanced_verbose_job_has_no_verdict_either(tmp_path: Path) -> None:
+    write(Spec(nodes=2, gpus_per_node=4, iterations=40, verbose=True, seed=11, p2p_bytes=0), tmp_path)
+    doc = _json(tmp_path)
+    assert doc["stragglers"]["verdict"] is None and doc["inspector"]["verdict"] is None
+    assert doc["inspector"]["slow_links"] == [] and doc["matching"]["unmatched_kernels"] == 0
