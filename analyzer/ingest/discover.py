@@ -11,13 +11,13 @@ from ..errors import TraceError, UsageError
 from .nccl_inspector import sniff as inspector_sniff
 from .source import GZIP_MAGIC, SQLITE_MAGIC, head, refuse_special, strip_bom
 
-_TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".nsys-rep", ".gz",
-                   ".log", ".jsonl")  # NCCL Inspector: <hostname>-pid<pid>.log (JSON lines)
+_TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".nsys-rep", ".gz")
 _RANK_PATTERNS = (
     re.compile(r"(?i)rank[-_]?(\d+)"),
     re.compile(r"(?i)[-_.](\d+)\.(?:pt\.trace\.)?json(?:\.gz)?$"),
     re.compile(r"(?i)[-_.](\d+)\.sqlite$"),
 )
+_TRACE_SUFFIXES += (".log", ".jsonl")  # NCCL Inspector: <hostname>-pid<pid>.log, JSON lines (sniffed by content)
 
 
 @dataclass(frozen=True)
@@ -81,5 +81,5 @@ def discover(paths: list[Path]) -> list[TraceFile]:
             found.append(TraceFile(p, fmt, rank_from_name(p.name)))
     if not found:
         raise UsageError(f"no trace files found in {', '.join(str(p) for p in paths)} "
-                         "(expected *.pt.trace.json[.gz], *.json[.gz], *.sqlite or NCCL Inspector *.log)")
+                         "(expected *.pt.trace.json[.gz], *.json[.gz] or *.sqlite)")
     return found
