@@ -10,6 +10,7 @@ import polars as pl
 from . import align, graph, match, step_sync, whatif
 from .collectives import bus_factor_expr
 from .metrics import blame, critical_path, dimensions, experts, overlap, pipeline, stragglers, waits
+from .metrics import inspector as inspector_metrics
 from .model import TraceSet
 
 NS_PER_MS = 1e6
@@ -38,6 +39,7 @@ class Analysis:
     critical_path: pl.DataFrame | None = None  # step, rank, compute/exposed_transfer/wait/host_idle (ns)
     whatif: whatif.WhatIf | None = None  # replay and what-if scenarios
     kernels: pl.DataFrame | None = None  # waits.per_row: every comm kernel, its instance, wait_ns, transfer_ns (export)
+    inspector: inspector_metrics.InspectorSummary | None = None  # NCCL Inspector input: bandwidth, slow links, waits
 
 
 def _ms(cols: list[str]) -> list[pl.Expr]:
@@ -152,6 +154,7 @@ def analyze(ts: TraceSet, dims: dimensions.Options | None = None, busbw: dict[st
         verdict=found[0] if found else None, roots=tuple(found), blame=roots_of, clock=fit, matching=matching,
         warnings=tuple(warnings), traces=ts, graph=dep, critical_path=cpath, whatif=replayed, kernels=rows,
         process_groups=groups, dimensions=dim_df, pipeline=pipe, experts=experts.analyze(drows),
+        inspector=inspector_metrics.analyze(ts.inspector) if ts.inspector is not None else None,
     )
 
 

@@ -195,6 +195,10 @@ def load(paths: list[Path], options: LoadOptions | None = None) -> TraceSet:
     if dumps := [f for f in files if f.format == "flight_recorder"]:  # no timeline in them: hang triage only
         raise UsageError(f"{dumps[0].path} is a Flight Recorder dump: `commscope analyze` and `commscope dashboard` "
                          "triage hangs from dumps; this command needs profiler traces")
+    if any(f.format == "nccl_inspector" for f in files):  # one job's logs are read together (ranks span files)
+        from .ingest.nccl_inspector import load_logs
+
+        return load_logs(files, options.ranks, options.jobs)
     results = _read_all(files, options)
     if options.cache and not options.scheduler:
         from .cachedir import mark_seen

@@ -102,6 +102,47 @@ STEP_SCHEMA: dict[str, pl.DataType] = {
 }
 
 
+# NCCL Inspector (always-on per-collective logs): one row per logged operation per rank. Durations are the
+# plugin's GPU-clock kernel times; ``start_ns``/``end_ns`` only with verbose logs (host clock). ``comm`` indexes
+# ``INSPECTOR_COMM_SCHEMA`` rows; ``rank`` is the global rank (null when it could not be mapped).
+INSPECTOR_SCHEMA: dict[str, pl.DataType] = {
+    "rank": pl.Int32,
+    "comm": pl.Int32,
+    "comm_rank": pl.Int32,
+    "p2p": pl.Boolean,
+    "op": pl.Categorical,
+    "seq": pl.Int64,
+    "bytes": pl.Int64,  # the plugin's message size (per rank for all_gather / reduce_scatter)
+    "exec_ns": pl.Int64,
+    "timing_source": pl.Categorical,
+    "busbw_gbps": pl.Float32,  # as logged: from this rank's own kernel time, its waits included
+    "algo": pl.Categorical,
+    "proto": pl.Categorical,
+    "peer": pl.Int32,  # p2p: the peer's global rank
+    "start_ns": pl.Int64,
+    "end_ns": pl.Int64,
+}
+
+INSPECTOR_COMM_SCHEMA: dict[str, pl.DataType] = {
+    "comm": pl.Int32,
+    "id": pl.Utf8,  # the communicator hash the plugin logs
+    "name": pl.Utf8,
+    "n_ranks": pl.Int32,
+    "nnodes": pl.Int32,
+    "ranks": pl.Utf8,  # global ranks in communicator-rank order, comma-separated ("?" where no log names one)
+}
+
+
+@dataclass(frozen=True)
+class InspectorLog:
+    """What the NCCL Inspector reader keeps beside the canonical tables (``metrics.inspector`` reads it)."""
+
+    records: pl.DataFrame  # INSPECTOR_SCHEMA
+    comms: pl.DataFrame  # INSPECTOR_COMM_SCHEMA
+    verbose: bool  # kernel timestamps were logged: the canonical gpu/collectives tables hold the operations
+    counts: dict[str, int] = field(default_factory=dict)  # lines read, skipped by reason
+
+
 def empty(schema: dict[str, pl.DataType]) -> pl.DataFrame:
     return pl.DataFrame(schema=schema)
 
@@ -135,7 +176,7 @@ class ProcessGroup:
 class RankMeta:
     rank: int
     source: str
-    format: str  # "kineto" | "nsys"
+    format: str  # "kineto" | "nsys" | "nccl_inspector"
     world_size: int | None = None
     rank_source: str = "distributedInfo"  # where the rank number came from
     host: str | None = None
@@ -178,6 +219,7 @@ class TraceSet:
     steps: pl.DataFrame
     skipped: tuple[Skipped, ...] = ()
     warnings: tuple[str, ...] = field(default_factory=tuple)
+    inspector: InspectorLog | None = None  # NCCL Inspector input only
 
     @property
     def rank_ids(self) -> list[int]:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ..errors import TraceError, UsageError
 from .flight_recorder import is_pickle, looks_like_dump
+from .nccl_inspector import sniff as inspector_sniff
 from .source import GZIP_MAGIC, SQLITE_MAGIC, head, refuse_special, strip_bom
 
 _TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".nsys-rep", ".gz", ".pkl", ".pickle")
@@ -19,12 +20,13 @@ _RANK_PATTERNS = (
     re.compile(r"(?i)[-_.](\d+)\.(?:pt\.trace\.)?json(?:\.gz)?$"),
     re.compile(r"(?i)[-_.](\d+)\.sqlite$"),
 )
+_TRACE_SUFFIXES += (".log", ".jsonl")  # NCCL Inspector: <hostname>-pid<pid>.log, JSON lines (sniffed by content)
 
 
 @dataclass(frozen=True)
 class TraceFile:
     path: Path
-    format: str  # "kineto" | "nsys" | "flight_recorder"
+    format: str  # "kineto" | "nsys" | "optable" | "flight_recorder" | "nccl_inspector"
     rank_hint: int | None
 
 
@@ -49,6 +51,8 @@ def sniff(path: Path) -> str | None:
         start = head(path, size)
         if start.startswith(SQLITE_MAGIC):
             return "nsys"
+        if inspector_sniff(start):
+            return "nccl_inspector"
         text = strip_bom(_as_text(start))
         if looks_like_dump(text):
             return "flight_recorder"

@@ -7,6 +7,7 @@ import html as html_lib
 from ..analysis import Analysis
 from .dimensions import COLUMNS as DIM_COLUMNS
 from .dimensions import summary as dim_summary
+from .inspector import tables as inspector_tables
 from .markdown import COLLECTIVE_COLUMNS, RANK_COLUMNS, TOP_COLLECTIVES, cell
 from .verdict import headline
 from .whatif import sentence as whatif_sentence
@@ -74,6 +75,9 @@ def render(a: Analysis) -> str:
         parts.append(f"<h2>Top {top.height} collectives by wait</h2>")
         rows = [[cell(r.get(k), d) for k, _, d in COLLECTIVE_COLUMNS] for r in top.to_dicts()]
         parts.append(html_table([h for _, h, _ in COLLECTIVE_COLUMNS], rows))
+    for title, cols, rows in inspector_tables(a):
+        parts.append(f"<h2>{esc(title)}</h2>")
+        parts.append(html_table([h for _, h, _ in cols], [[cell(r.get(k), d) for k, _, d in cols] for r in rows]))
     if a.warnings:
         parts.append("<h2>Warnings</h2><ul>" + "".join(f'<li class="warn">{esc(w)}</li>' for w in a.warnings)
                      + "</ul>")

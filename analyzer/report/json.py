@@ -151,6 +151,7 @@ def to_dict(a: Analysis) -> dict:
         "matching": clean(a.matching),
         "critical_path": clean(critical_path_records(a)),
         "whatif": clean(whatif_dict(a)),
+        "inspector": _inspector(a),
         "warnings": list(a.warnings),
     }
 
@@ -164,6 +165,17 @@ def _pipeline(p: dict | None) -> dict | None:
         return None
     head = {k: p[k] for k in ("stage_source", "steps", "chains", "bottleneck_stage")}
     return clean({**head, "stages": _records(p["stages"], PIPELINE_STAGE_FIELDS)})
+
+
+def _inspector(a: Analysis) -> dict | None:
+    """NCCL Inspector input: the tables of ``metrics.inspector`` (README: "Always-on NCCL Inspector logs")."""
+    s = a.inspector
+    if s is None:
+        return None
+    tables = {k: getattr(s, k).drop("comm", strict=False) for k in
+              ("communicators", "busbw", "bandwidth", "slow_links", "ranks", "dimensions", "outliers")}
+    return {"verbose": s.verbose, "counts": clean(s.counts), "verdict": clean(s.verdict),
+            **{k: _records(df, tuple(df.columns)) for k, df in tables.items()}}
 
 
 def _experts(e: dict | None) -> dict | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from ..analysis import Analysis
 from .dimensions import COLUMNS as DIM_COLUMNS
 from .dimensions import summary as dim_summary
+from .inspector import tables as inspector_tables
 from .verdict import headline
 from .whatif import sentence as whatif_sentence
 
@@ -71,6 +72,9 @@ def render(a: Analysis) -> str:
         lines += table(["op", "size (bytes)", "intra-node", "count", "transfer ms p50", "algbw GB/s p50",
                         "busbw GB/s p50"], rows)
         lines += ["", "</details>", ""]
+    for title, cols, rows in inspector_tables(a):
+        lines += [f"### {title}", ""]
+        lines += table([h for _, h, _ in cols], [[cell(r.get(k), d) for k, _, d in cols] for r in rows]) + [""]
     if a.warnings:
         lines += ["### Warnings", ""] + [f"- {w}" for w in a.warnings] + [""]
     return "\n".join(lines).rstrip() + "\n"

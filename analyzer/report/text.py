@@ -11,6 +11,8 @@ from rich.table import Table
 
 from ..analysis import Analysis
 from .dimensions import summary as dim_summary
+from .inspector import cell as inspector_cell
+from .inspector import tables as inspector_tables
 from .verdict import headline
 from .whatif import sentence as whatif_sentence
 from .whatif import text_lines as whatif_lines
@@ -63,10 +65,11 @@ def render(a: Analysis, width: int | None = None, color: bool = False, show_step
     if lead := whatif_sentence(a):
         con.print(lead)
     con.print()
-    tcon.print(_table("Per rank, ms (whole captured window; step: mean over the profiled steps)",
-                      RANK_COLUMNS_WIDE if wide else RANK_COLUMNS, a.ranks.to_dicts()))
-    if not wide:
-        con.print(LEGEND, style="dim")
+    if a.ranks.height or a.inspector is None:  # NCCL Inspector logs without timestamps have no timeline
+        tcon.print(_table("Per rank, ms (whole captured window; step: mean over the profiled steps)",
+                          RANK_COLUMNS_WIDE if wide else RANK_COLUMNS, a.ranks.to_dicts()))
+        if not wide:
+            con.print(LEGEND, style="dim")
     if show_steps and a.steps.height:
         con.print()
         tcon.print(_table("Per step, ms", STEP_COLUMNS_WIDE if wide else STEP_COLUMNS, a.steps.to_dicts()))
@@ -112,6 +115,14 @@ def render(a: Analysis, width: int | None = None, color: bool = False, show_step
                        _f(r["count"]), _f(r["transfer_ms_p50"], 3), _f(r["algbw_gbps_p50"], 2),
                        _f(r["busbw_gbps_p50"], 2))
         tcon.print(bt)
+    for title, cols, rows in inspector_tables(a):
+        con.print()
+        it = _new_table(title)
+        for _, label, _ in cols:
+            it.add_column(label, justify="right")
+        for r in rows:
+            it.add_row(*[inspector_cell(r.get(k), d) for k, _, d in cols])
+        tcon.print(it)
     fit = a.clock
     con.print()
     if fit.method != "none":

@@ -5,6 +5,7 @@ from __future__ import annotations
 from ..analysis import Analysis
 from ..metrics.stragglers import Verdict
 from ..ranklist import compact
+from .inspector import headline as inspector_headline
 
 
 def _ms(x: float | None) -> str:
@@ -75,6 +76,7 @@ def headline(a: Analysis) -> list[str]:
                          "of the others' wait.")
     elif a.matching.get("instances"):
         lines.append("No straggler: the wait the ranks cause each other is spread evenly.")
+    lines.extend(inspector_headline(a))  # NCCL Inspector input: the kernel-time verdict, slow links
     r = a.ranks
     if r.height:
         comm = float(r["comm_ms"].sum())
