@@ -8,10 +8,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .job import _Rank
 from .model import BASE_TIME_NS, Event
 
 if TYPE_CHECKING:
-    from .generate import Scenario, Workload
+    from .job import Scenario, Workload
 
 _H200 = {"name": "NVIDIA H200", "totalGlobalMem": 150109880320, "computeMajor": 9, "computeMinor": 0,
          "maxThreadsPerBlock": 1024, "maxThreadsPerMultiprocessor": 2048, "regsPerBlock": 65536, "warpSize": 32,
@@ -51,8 +52,6 @@ def _event_text(e: Event, offset: int, style: str) -> str:
 
 def _meta_events(sc: Scenario, rank: int, events: list[Event]) -> list[Event]:
     """``M`` events naming the host process, every local GPU, used streams and threads (as Kineto does)."""
-    from .generate import _Rank  # here, not at the top: generate imports this module
-
     rk = _Rank(sc, rank)
     ts = min(e.ts for e in events)
     out: list[Event] = []

@@ -20,7 +20,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .generate import (
+from .job import (
     _NCCL_SUFFIX,
     _OP_INFO,
     NCCL_STREAM_BASE,

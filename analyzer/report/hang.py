@@ -195,8 +195,7 @@ def markdown(a: HangAnalysis) -> str:
 
 
 def html(a: HangAnalysis) -> str:
-    from dashboards.hang import grid_figure  # lazy: the dashboards package imports analyzer
-
+    from .hang_grid import grid_figure
     from .html import esc, html_table, page
 
     src = a.source
