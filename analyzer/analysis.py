@@ -7,7 +7,7 @@ from functools import partial
 
 import polars as pl
 
-from . import align, graph, match, whatif
+from . import align, counterfactual, graph, match, whatif
 from .collectives import bus_factor_expr
 from .metrics import blame, critical_path, dimensions, experts, overlap, pipeline, stragglers, waits
 from .model import TraceSet
@@ -38,6 +38,7 @@ class Analysis:
     critical_path: pl.DataFrame | None = None  # step, rank, compute/exposed_transfer/wait/host_idle (ns)
     whatif: whatif.WhatIf | None = None  # replay and what-if scenarios
     kernels: pl.DataFrame | None = None  # waits.per_row: every comm kernel, its instance, wait_ns, transfer_ns (export)
+    counterfactual: counterfactual.Counterfactual | None = None  # S, attribution, M_W, M_S (decides the verdict)
 
 
 def _ms(cols: list[str]) -> list[pl.Expr]:
@@ -86,8 +87,7 @@ def analyze(ts: TraceSet, dims: dimensions.Options | None = None, busbw: dict[st
     groups = dimensions.groups(dimensions.meta_groups(ts.ranks), rows, ts.world_size or len(ranks),
                                dimensions.hosts(ts.ranks), dims)
     replicas = dimensions.replicas(groups, ts.world_size or len(ranks))
-    found = stragglers.roots(order, roots_of, comm_ns, partial(waits.lateness_cause, matched, covs), replicas)
-    del covs  # not read below: its arrays free room for the dependency graph
+    cause_of = partial(waits.lateness_cause, matched, covs)
     drows = dimensions.row_dimensions(rows, groups, dims.layout)
     dim_df = dimensions.per_rank(drows, ts.gpu, ranks, roots_of.flows)
     itable = itable.join(drows.group_by("instance").agg(pl.col("dimension").first(), pl.col("intra_node").first()),
@@ -104,9 +104,24 @@ def analyze(ts: TraceSet, dims: dimensions.Options | None = None, busbw: dict[st
 
     dep = graph.build(ts.gpu, rows, ts.steps, fit.offsets_ns)
     cpath = critical_path.critical_path(dep, ts.steps, fit.offsets_ns)
+    # the verdict is the counterfactual's (analyzer/counterfactual.py); the heuristic roots only where
+    # nothing can be replayed
+    prepared = whatif.prepare(dep, ts.steps)
+    stage_of = pipe["rank_steps"].select("rank", "stage").unique() if pipe is not None else None
+    cfx = counterfactual.analyze(dep, ts.steps, counterfactual.roles(groups, ranks, stage_of),
+                                 dimensions.pg_dimensions(groups), prepared) if prepared is not None else None
+    if cfx is not None:
+        found = [stragglers.from_counterfactual(r.rank, r.kind, r.confidence, order, roots_of, cause_of(r.rank),
+                                                r.saving_ns, r.saving_pct, r.added_ns) for r in cfx.roots]
+        if pipe is not None:
+            pipe = {**pipe, "bottleneck_stage": cfx.bottleneck_stage}
+    else:
+        found = stragglers.roots(order, roots_of, comm_ns, cause_of, replicas)
+    del covs, cause_of  # not read below
     root = (found[0].rank, found[0].kind) if found else None
     replayed = whatif.analyze(dep, ts.steps, root, busbw, dimensions.pg_dimensions(groups),
-                              peers=replicas.get(root[0]) if root else None)
+                              peers=replicas.get(root[0]) if root else None,
+                              ideal=cfx.ideal_changes if cfx is not None else None, prepared=prepared)
     warnings.extend(whatif.warnings(replayed))
 
     rank_df = _rank_frame(totals, per_step, split, order)
@@ -143,7 +158,7 @@ def analyze(ts: TraceSet, dims: dimensions.Options | None = None, busbw: dict[st
         source=source, ranks=rank_df, steps=step_df, collectives=coll_df, bandwidth=bw, ranking=order,
         verdict=found[0] if found else None, roots=tuple(found), blame=roots_of, clock=fit, matching=matching,
         warnings=tuple(warnings), traces=ts, graph=dep, critical_path=cpath, whatif=replayed, kernels=rows,
-        process_groups=groups, dimensions=dim_df, pipeline=pipe, experts=experts.analyze(drows),
+        process_groups=groups, dimensions=dim_df, pipeline=pipe, experts=experts.analyze(drows), counterfactual=cfx,
     )
 
 

@@ -30,6 +30,7 @@ The wave schedule depends only on the graph, so it is built once and reused by e
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,6 +39,7 @@ import polars as pl
 from .graph import Graph
 
 LIST_WIDTH = 4  # successors / ends per key kept in a padded table; longer lists are read as ranges
+CELLS = 5_000_000  # scenario x node cells per replay batch (memory bound: ~9 float arrays of this size)
 
 
 @dataclass(frozen=True)
@@ -459,3 +461,19 @@ def step_spans(seg: Segments, ds: np.ndarray, de: np.ndarray) -> np.ndarray:
     tiled = seg.next_seg >= 0
     end_shift = np.where(tiled, first[:, np.maximum(seg.next_seg, 0)], last - last_m[None, :])
     return span[None, :] + end_shift - first
+
+
+def batched(a: Arrays, sch: Schedule, seg: Segments, fill: list[Callable[[Mods, int], None]]) -> list[np.ndarray]:
+    """Replayed span per (rank, step) window of each scenario; ``fill(mods, i)`` writes scenario i's changes.
+    Scenarios run in batches that keep the (scenarios x nodes) arrays within ``CELLS``."""
+    n = a.rank.size
+    batch = max(1, min(len(fill), CELLS // max(n, 1)))
+    out: list[np.ndarray] = []
+    for lo in range(0, len(fill), batch):
+        part = fill[lo:lo + batch]
+        mods = Mods.zeros(len(part), n, a.n_graph_instances)
+        for i, f in enumerate(part):
+            f(mods, i)
+        ds, de = run(a, sch, mods)
+        out.extend(step_spans(seg, ds, de))
+    return out

@@ -29,14 +29,13 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from . import replay
+from . import counterfactual, replay
 from .collectives import bus_factor_expr
 from .errors import UsageError
 from .graph import Graph
 
 MAX_RANKS = 32  # per-rank scenarios replayed (ranks with the most to gain)
 ERROR_WARN_PCT = 5.0
-_CELLS = 5_000_000  # scenario x node cells per replay batch (memory bound: ~9 float arrays of this size)
 
 
 @dataclass(frozen=True)
@@ -64,25 +63,39 @@ def parse_specs(specs: tuple[str, ...] | list[str]) -> dict[str, float]:
     return out
 
 
-def analyze(g: Graph, steps: pl.DataFrame, straggler: tuple[int, str] | None = None,
-            busbw: dict[str, float] | None = None, dims: dict[str, str] | None = None,
-            max_ranks: int = MAX_RANKS, peers: list[int] | None = None) -> WhatIf | None:
-    """Replay the unchanged run and every scenario. None when the graph is empty. ``peers``: the
-    straggler's ranks of the same role (none: every other rank)."""
+def prepare(g: Graph, steps: pl.DataFrame) -> tuple[replay.Arrays, replay.Schedule, replay.Segments] | None:
+    """The replay's structure (arrays, wave schedule, step windows), built once for every scenario."""
     if g.n_nodes == 0:
         return None
     arr = replay.Arrays.of(g)
-    sch = replay.schedule(arr)
     seg = replay.segments(g, steps)
     if seg.order.size == 0:
         return None
+    return arr, replay.schedule(arr), seg
+
+
+def analyze(g: Graph, steps: pl.DataFrame, straggler: tuple[int, str] | None = None,
+            busbw: dict[str, float] | None = None, dims: dict[str, str] | None = None,
+            max_ranks: int = MAX_RANKS, peers: list[int] | None = None, ideal: counterfactual.Ideal | None = None,
+            prepared: tuple[replay.Arrays, replay.Schedule, replay.Segments] | None = None) -> WhatIf | None:
+    """Replay the unchanged run and every scenario. None when the graph is empty. ``peers``: the
+    straggler's ranks of the same role (none: every other rank). ``ideal``: the counterfactual's ideal run;
+    with it ``ideal``, ``no_straggler`` and the per-rank scenarios make operations ideal that way (so no
+    scenario is faster than the ideal run and no saving is negative)."""
+    got = prepared or prepare(g, steps)
+    if got is None:
+        return None
+    arr, sch, seg = got
     # the columns the scenarios read, names as integer codes: grouping a million kernel names by their
     # text cost 0.5 s and 0.4 GB on the 484 MB Nsight export, by code a fraction of that
     nodes = g.nodes.select("node", "rank", "kind", pl.col("name").cast(pl.Categorical).to_physical(), "step",
                            "occurrence", "dur_ns", "gap_ns", "inst", "pg")
-    ideal = _ideal_stats(nodes, g.instances)
+    ideal_old = _ideal_stats(nodes, g.instances)
+    rank_arr = nodes["rank"].to_numpy()
     named: list[tuple[str, Callable[[replay.Mods, int], None]]] = [("replay", lambda m, i: None)]
-    if straggler is not None:
+    if straggler is not None and ideal is not None:
+        named.append(("no_straggler", lambda m, i: ideal.fill(m, i, np.flatnonzero(rank_arr == straggler[0]))))
+    elif straggler is not None:
         named.append(("no_straggler", lambda m, i: _no_straggler(m, i, nodes, *straggler, peers)))
     comm = (nodes["kind"] == "comm").to_numpy()
     named.append(("no_exposed_comm", lambda m, i: _hide(m, i, nodes, comm)))
@@ -93,12 +106,19 @@ def analyze(g: Graph, steps: pl.DataFrame, straggler: tuple[int, str] | None = N
             named.append((f"no_exposed_comm:{dim}", lambda m, i, mask=mask: _hide(m, i, nodes, mask)))
     for op, gbps in (busbw or {}).items():
         named.append((f"busbw:{op}={gbps:g}", lambda m, i, op=op, gbps=gbps: _busbw(m, i, g.instances, op, gbps)))
-    named.append(("ideal", lambda m, i: _ideal(m, i, ideal, None)))
-    cands = _candidates(ideal, max_ranks)
-    for r in cands:
-        named.append((f"rank:{r}", lambda m, i, r=r: _ideal(m, i, ideal, r)))
+    if ideal is not None:
+        named.append(("ideal", lambda m, i: ideal.fill(m, i)))
+        cands = _candidates(_Ideal(ideal_old.node, ideal_old.rank, ideal.ddur, ideal.dgap, ideal_old.inst, ideal.dtr),
+                            max_ranks)
+        for r in cands:
+            named.append((f"rank:{r}", lambda m, i, r=r: ideal.fill(m, i, np.flatnonzero(rank_arr == r))))
+    else:
+        named.append(("ideal", lambda m, i: _ideal(m, i, ideal_old, None)))
+        cands = _candidates(ideal_old, max_ranks)
+        for r in cands:
+            named.append((f"rank:{r}", lambda m, i, r=r: _ideal(m, i, ideal_old, r)))
 
-    spans = _replay_all(arr, sch, seg, [f for _, f in named])
+    spans = replay.batched(arr, sch, seg, [f for _, f in named])
     tab = seg.table
     steps_col = tab["step"].to_numpy()
     measured = tab["span_ns"].to_numpy().astype(np.float64)
@@ -146,21 +166,6 @@ def _step_time(step: np.ndarray, span: np.ndarray) -> float:
     longest = np.full(keys.size, -np.inf)
     np.maximum.at(longest, inv, span)
     return float(longest.mean())
-
-
-def _replay_all(arr: replay.Arrays, sch: replay.Schedule, seg: replay.Segments,
-                fill: list[Callable[[replay.Mods, int], None]]) -> list[np.ndarray]:
-    n = arr.rank.size
-    batch = max(1, min(len(fill), _CELLS // max(n, 1)))
-    out: list[np.ndarray] = []
-    for lo in range(0, len(fill), batch):
-        part = fill[lo:lo + batch]
-        mods = replay.Mods.zeros(len(part), n, arr.n_graph_instances)
-        for i, f in enumerate(part):
-            f(mods, i)
-        ds, de = replay.run(arr, sch, mods)
-        out.extend(replay.step_spans(seg, ds, de))
-    return out
 
 
 # ----------------------------------------------------------------------------------------- scenarios

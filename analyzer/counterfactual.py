@@ -1,0 +1,373 @@
+"""The counterfactual verdict: what the step would take if the slow parts ran like their peers.
+
+Computed on the one dependency graph with its replay (replay.py), as in the What-if analysis (OSDI'25):
+
+- **Role**: the ranks that run the same program part. Where the job has data-parallel groups, a rank's role
+  is its DP group: the ranks with the same stage and tensor/sequence coordinate in every replica (they run
+  the same operations, so one that runs an operation its peers do not run did extra work); where every
+  group spans the job (DDP, FSDP, experts) all ranks are one role of replicas. Otherwise the role is every
+  rank (pure pipeline or tensor parallel): an operation only some ranks run is their own structure, not
+  extra work.
+- **Ideal run**: every operation (kernel, memcpy, memset) takes the typical duration of its role's peers
+  for the same operation (the k-th kernel of that name in the step: op, micro-batch slot and layer), and
+  every host gap before an operation the typical gap; never more than measured. "Typical": each rank's
+  median over steps, then the lower median over the role (with two replicas the faster one: a single
+  slow replica must not set the pace of the ideal it is measured against). Transfers take the median of
+  their (op, bytes, group size), never more than measured. The ideal is replayed: T_ideal.
+- **Slowdown** S = T_replay / T_ideal, where T_replay is the replay of the measured run (so the replay's
+  own error cancels; it is reported beside S). With host gaps removed in both (launch delays out, as the
+  published study reports) it is ``slowdown_no_host``.
+- **Attribution**: put one group's measured durations, gaps (and, for op types and dimensions, transfers)
+  back into the ideal run and replay; the step time it adds over the ideal is the group's share. Groups:
+  ranks, pipeline stages, DP replicas, dimensions (their communication), op types. Per step too.
+- **M_W** (share explained by individual workers): the part of T_replay − T_ideal removed by making the
+  top ceil(3%) ranks ideal in the measured run; **M_S** (stage imbalance): the same for the last pipeline
+  stage (the study's definitions; either can exceed 1).
+- **Roots**: a rank whose put-back adds a visible part of the step (``VISIBLE_SHARE``), several times what
+  a typical rank's and its own replicas' (same role) do (``EFFECT``), and more than its own step-to-step
+  spread allows by chance (a one-sided t-test over steps of its lift over the typical rank, ``MAX_P``).
+  A balanced job's put-backs are all alike and small; a pipeline stage's structural waits stay in the
+  ideal too, so putting one stage back changes nothing.
+- **Kind**: the root's durations alone against its host gaps alone, put back: compute or host.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import polars as pl
+
+from . import replay
+from .graph import Graph
+
+WORK_KINDS = ("compute", "memcpy", "memset", "other")
+MAX_GROUPS = 32  # per attribution axis: the groups with the most time above ideal (all, when fewer)
+VISIBLE_SHARE = 0.02  # a root's put-back adds at least this share of the replayed step
+EFFECT = 3.0  # ... and at least this many times a typical rank's put-back
+MAX_P = 0.05  # ... and stands out against its step-to-step spread (one-sided t-test over steps)
+KIND_RATIO = 2.0  # durations (or gaps) put back alone explain this many times the other: compute (host)
+MAX_ROOTS = 5
+SPMD_DIMS = {"world", "dp", "fsdp", "ep"}  # groups of ranks that run the same program
+WORKER_SHARE = 0.03  # M_W: the top 3% of ranks (at least one), as in the study
+
+
+@dataclass(frozen=True)
+class Roles:
+    """Per rank: its role (ranks of one role run the same program part), DP replica and pipeline stage."""
+
+    role: dict[int, int]
+    replicated: bool  # roles are DP groups: an operation a peer does not run counts as zero there
+    replica: dict[int, int]  # rank -> its position in its DP group
+    stage: dict[int, int]  # rank -> pipeline stage (empty without a pipeline)
+
+
+def roles(groups: pl.DataFrame | None, ranks: list[int], stages: pl.DataFrame | None = None) -> Roles:
+    """``groups``: dimensions.groups (pg, ranks, size, dimension); ``stages``: rank, stage (pipeline)."""
+    role: dict[int, int] = {}
+    replica: dict[int, int] = {}
+    if groups is not None and groups.height:
+        dp = groups.filter(pl.col("dimension").is_in(["dp", "fsdp"]) & (pl.col("size") >= 2))
+        members = sorted({tuple(sorted(int(r) for r in m)) for m in dp["ranks"].to_list()})
+        for i, m in enumerate(members):
+            for pos, r in enumerate(m):
+                role.setdefault(r, i)
+                replica.setdefault(r, pos)
+    replicated = bool(role) and all(r in role for r in ranks)
+    if not replicated:
+        # no DP groups: a job whose every group spans the world (plain DDP, FSDP, experts) is one role of
+        # replicas; one with tensor, pipeline or context groups is one role of different program parts
+        dims = set(groups["dimension"].to_list()) if groups is not None and groups.height else set()
+        replicated = bool(dims) and dims <= SPMD_DIMS
+        role = {r: 0 for r in ranks}
+        replica = {r: i for i, r in enumerate(sorted(ranks))} if replicated else {}
+    stage = {}
+    if stages is not None and stages.height:
+        stage = {int(r): int(s) for r, s in stages.select("rank", "stage").unique("rank").iter_rows()}
+    return Roles(role=role, replicated=replicated, replica=replica, stage=stage)
+
+
+@dataclass(frozen=True)
+class Ideal:
+    """Changes that take the measured run to the ideal one (all <= 0, ns), per node and per instance."""
+
+    ddur: np.ndarray
+    dgap: np.ndarray
+    dtr: np.ndarray
+    gap: np.ndarray  # measured gaps (the no-host mode removes them)
+
+    def fill(self, m: replay.Mods, i: int, nodes: np.ndarray | None = None, insts: np.ndarray | None = None,
+             keep: bool = False, host: bool = True) -> None:
+        """Row i of ``m``: the ideal everywhere (``keep``: everywhere but ``nodes``/``insts``, put back as
+        measured), or only on ``nodes``/``insts`` (the measured run with them made ideal). ``host`` False:
+        every host gap removed as well."""
+        dd, dg, dt = self.ddur.copy(), self.dgap.copy(), self.dtr.copy()
+        if keep:
+            if nodes is not None:
+                dd[nodes] = 0.0
+                dg[nodes] = 0.0
+            if insts is not None:
+                dt[insts] = 0.0
+        elif nodes is not None or insts is not None:
+            on = np.zeros(dd.size, dtype=bool)
+            if nodes is not None:
+                on[nodes] = True
+            dd[~on] = 0.0
+            dg[~on] = 0.0
+            ion = np.zeros(dt.size, dtype=bool)
+            if insts is not None:
+                ion[insts] = True
+            dt[~ion] = 0.0
+        m.ddur[i] += dd
+        m.dtr[i] += dt
+        m.dgap[i] += -self.gap if not host else dg
+
+
+def ideal(g: Graph, rl: Roles) -> Ideal:
+    """The ideal run's changes to durations, gaps and transfers (see the module doc)."""
+    key = ["_role", "name", "occurrence"]
+    n = g.nodes.select(
+        "node", "rank", "kind", pl.col("name").cast(pl.Categorical).to_physical(), "occurrence",
+        pl.col("dur_ns").cast(pl.Float64), pl.col("gap_ns").cast(pl.Float64).clip(lower_bound=0),
+        pl.col("rank").replace_strict(rl.role, default=-1, return_dtype=pl.Int64).alias("_role"))
+    per_rank = n.group_by("rank", *key).agg(pl.col("dur_ns").median().alias("_d"), pl.col("gap_ns").median().alias("_g"))
+    size = (pl.DataFrame({"rank": list(rl.role), "_role": list(rl.role.values())},
+                         schema={"rank": pl.Int32, "_role": pl.Int64})
+            .join(n.select("rank").unique(), on="rank").group_by("_role").agg(pl.len().cast(pl.Int64).alias("_n")))
+    typ = per_rank.group_by(key).agg(pl.col("_d").sort().alias("_ds"), pl.col("_g").sort().alias("_gs"),
+                                     pl.len().cast(pl.Int64).alias("_c")).join(size, on="_role", how="left")
+    if rl.replicated:  # peers that do not run it count as zero: the lower median of all the role's ranks
+        at = (pl.col("_n") - 1) // 2 - (pl.col("_n") - pl.col("_c"))
+    else:  # its own structure: the lower median of the ranks that run it
+        at = (pl.col("_c") - 1) // 2
+    typ = typ.with_columns(at.alias("_at")).select(
+        *key,
+        pl.when(pl.col("_at") >= 0).then(pl.col("_ds").list.get(pl.col("_at").clip(lower_bound=0), null_on_oob=True))
+        .otherwise(0.0).alias("_td"),
+        pl.when(pl.col("_at") >= 0).then(pl.col("_gs").list.get(pl.col("_at").clip(lower_bound=0), null_on_oob=True))
+        .otherwise(0.0).alias("_tg"))
+    n = n.join(typ, on=key, how="left", nulls_equal=True, maintain_order="left")
+    work = pl.col("kind").is_in(WORK_KINDS)
+    out = n.select(
+        pl.when(work).then(pl.min_horizontal(pl.col("_td").fill_null(pl.col("dur_ns")), "dur_ns") - pl.col("dur_ns"))
+        .otherwise(0.0).alias("dd"),
+        (pl.min_horizontal(pl.col("_tg").fill_null(pl.col("gap_ns")), "gap_ns") - pl.col("gap_ns")).alias("dg"),
+        "gap_ns")
+    inst = g.instances.sort("inst").select(
+        (pl.min_horizontal(pl.col("transfer_ns").cast(pl.Float64).median().over("op", "bytes", "group_n"),
+                           "transfer_ns") - pl.col("transfer_ns")).fill_null(0.0).alias("dt"))
+    return Ideal(out["dd"].fill_null(0.0).to_numpy(), out["dg"].fill_null(0.0).to_numpy(),
+                 inst["dt"].to_numpy().astype(np.float64), out["gap_ns"].fill_null(0.0).to_numpy())
+
+
+@dataclass(frozen=True)
+class Root:
+    rank: int
+    kind: str  # "compute" | "host" | "unknown" (the caller may refine unknown)
+    added_ns: float  # step time its put-back adds to the ideal run (mean over steps)
+    saving_ns: float  # what making it ideal in the measured run saves (no_straggler)
+    saving_pct: float
+    confidence: float
+    dur_added_ns: float  # its durations alone put back
+    gap_added_ns: float  # its host gaps alone put back
+
+
+@dataclass(frozen=True)
+class Counterfactual:
+    replay_ns: float  # mean step time of the replayed measured run
+    ideal_ns: float
+    slowdown: float | None  # S = replay / ideal
+    replay_no_host_ns: float
+    ideal_no_host_ns: float
+    slowdown_no_host: float | None
+    attribution: dict[str, pl.DataFrame]  # axis -> key, step_time_ns, added_ns, slowdown, share, (steps)
+    m_w: float | None
+    m_s: float | None
+    roots: tuple[Root, ...]
+    bottleneck_stage: int | None
+    no_straggler_ns: float | None  # step time with the first root made ideal
+    ideal_changes: Ideal = field(repr=False)
+    steps: int = 0
+    workers: tuple[int, ...] = ()  # the ranks M_W makes ideal
+
+
+AXES = ("by_rank", "by_stage", "by_dp_replica", "by_dimension", "by_op")
+
+
+def _step_times(step: np.ndarray, span: np.ndarray) -> np.ndarray:
+    """Per step, the longest (rank) window: a step is done when its slowest rank is."""
+    keys, inv = np.unique(step, return_inverse=True)
+    longest = np.full(keys.size, -np.inf)
+    np.maximum.at(longest, inv, span)
+    return longest
+
+
+def _top(keys: np.ndarray, excess: np.ndarray, k: int) -> list[int]:
+    """The k keys with the most excess (all when at most k), ascending key order kept for ties."""
+    u, inv = np.unique(keys, return_inverse=True)
+    tot = np.bincount(inv, weights=excess, minlength=u.size)
+    order = np.lexsort((u, -tot))
+    return [int(x) for x in u[order[:k]]]
+
+
+def _op_type(nodes: pl.DataFrame) -> pl.Series:
+    """Communication by its operation (all_reduce, send_recv, ...), the rest by kind (compute, memcpy, ...)."""
+    return nodes.select(pl.when(pl.col("kind") == "comm").then(pl.coalesce("op", pl.lit("comm")))
+                        .otherwise(pl.col("kind")).alias("t"))["t"]
+
+
+def analyze(g: Graph, steps: pl.DataFrame, rl: Roles, dims: dict[str, str] | None = None,
+            prepared: tuple[replay.Arrays, replay.Schedule, replay.Segments] | None = None) -> Counterfactual | None:
+    """S, its attribution, M_W, M_S and the roots. None when the graph has nothing to replay."""
+    if g.n_nodes == 0:
+        return None
+    arr, sch, seg = prepared or (replay.Arrays.of(g), None, replay.segments(g, steps))
+    if seg.order.size == 0:
+        return None
+    sch = sch or replay.schedule(arr)
+    idl = ideal(g, rl)
+    nodes = g.nodes.select("node", "rank", "kind", "op", "pg", "inst")
+    rank = nodes["rank"].to_numpy().astype(np.int64)
+    excess = -(idl.ddur + idl.dgap)
+    node_inst = nodes["inst"].fill_null(-1).to_numpy()
+
+    # scenario rows: (axis, key, fill)
+    rows: list[tuple[str, object, object]] = [
+        ("", "replay", lambda m, i: None),
+        ("", "ideal", lambda m, i: idl.fill(m, i)),
+        ("", "replay_no_host", lambda m, i: m.dgap.__setitem__(i, -idl.gap)),
+        ("", "ideal_no_host", lambda m, i: idl.fill(m, i, host=False)),
+    ]
+    by_rank = _top(rank, excess, MAX_GROUPS)
+    rank_nodes = {r: np.flatnonzero(rank == r) for r in by_rank}
+    for r in by_rank:
+        rows.append(("by_rank", r, _put_back(idl, rank_nodes[r])))
+    stage_of = np.array([rl.stage.get(int(r), -1) for r in rank]) if rl.stage else None
+    if stage_of is not None:
+        for s in sorted(set(rl.stage.values())):
+            rows.append(("by_stage", s, _put_back(idl, np.flatnonzero(stage_of == s))))
+    if rl.replicated and rl.replica:
+        rep = np.array([rl.replica.get(int(r), -1) for r in rank])
+        for j in _top(rep[rep >= 0], excess[rep >= 0], MAX_GROUPS):
+            rows.append(("by_dp_replica", j, _put_back(idl, np.flatnonzero(rep == j))))
+    inst_pg = g.instances.sort("inst")["pg"]
+    if dims:
+        node_dim = nodes["pg"].replace_strict(dims, default=None, return_dtype=pl.Utf8).to_numpy()
+        inst_dim = inst_pg.replace_strict(dims, default=None, return_dtype=pl.Utf8).to_numpy()
+        for d in sorted({d for d in dims.values() if d and d != "unknown"}):
+            rows.append(("by_dimension", d, _put_back(idl, np.flatnonzero(node_dim == d), np.flatnonzero(inst_dim == d))))
+    op_t = _op_type(nodes).to_numpy()
+    inst_op = g.instances.sort("inst")["op"].fill_null("comm").to_numpy()
+    for t in sorted({str(x) for x in op_t}):
+        rows.append(("by_op", t, _put_back(idl, np.flatnonzero(op_t == t), np.flatnonzero(inst_op == t))))
+    last_stage = max(rl.stage.values()) if rl.stage else None
+    if stage_of is not None:
+        rows.append(("", "remove_last_stage", _remove(idl, np.flatnonzero(stage_of == last_stage))))
+    del node_inst
+
+    spans = replay.batched(arr, sch, seg, [f for _, _, f in rows])
+    step_col = seg.table["step"].to_numpy()
+    per_step = [_step_times(step_col, sp) for sp in spans]
+    named = {k: per_step[i] for i, (ax, k, _) in enumerate(rows) if not ax}
+    t_rep, t_idl = named["replay"], named["ideal"]
+    rep_ns, idl_ns = float(t_rep.mean()), float(t_idl.mean())
+    gap = rep_ns - idl_ns
+    attribution: dict[str, pl.DataFrame] = {}
+    added_steps: dict[tuple[str, object], np.ndarray] = {}
+    for (ax, k, _), ts in zip(rows, per_step):
+        if ax:
+            added_steps[(ax, k)] = ts - t_idl
+    for ax in AXES:
+        recs = [(k, float((t_idl + v).mean())) for (a, k), v in added_steps.items() if a == ax]
+        kt = pl.Int64 if ax in ("by_rank", "by_stage", "by_dp_replica") else pl.Utf8
+        df = pl.DataFrame({"key": [k for k, _ in recs], "step_time_ns": [t for _, t in recs]},
+                          schema={"key": kt, "step_time_ns": pl.Float64})
+        attribution[ax] = df.with_columns(
+            (pl.col("step_time_ns") - idl_ns).alias("added_ns"),
+            (pl.col("step_time_ns") / idl_ns if idl_ns > 0 else pl.lit(None, pl.Float64)).alias("slowdown"),
+            (((pl.col("step_time_ns") - idl_ns) / gap) if gap > 0 else pl.lit(None, pl.Float64)).alias("share"),
+        ).sort(["added_ns", "key"], descending=[True, False])
+
+    role_of = rl.role
+
+    def stands_out(key: int) -> tuple[bool, float]:
+        x = added_steps[("by_rank", key)]
+        others = {int(k): float(v.mean()) for (a, k), v in added_steps.items() if a == "by_rank" and k != key}
+        typical = float(np.median(list(others.values()))) if others else 0.0
+        # its replicas of the same role (where replayed): a balanced pipeline's last stage adds its noise on the
+        # critical path in every replica alike
+        peers = [v for k, v in others.items() if rl.replicated and role_of.get(k) == role_of.get(key)]
+        floor = max(typical, float(np.median(peers)) if peers else 0.0, 0.0)
+        lift = x - typical
+        conf = _confidence(lift)
+        ok = float(lift.mean()) >= VISIBLE_SHARE * rep_ns and float(x.mean()) >= EFFECT * floor and 1.0 - conf <= MAX_P
+        return ok, conf
+
+    # roots: ranks by what their put-back adds; then the kind and the saving of each, one more batch
+    cands = []
+    for key in attribution["by_rank"]["key"].to_list()[:MAX_ROOTS]:
+        ok, conf = stands_out(int(key))
+        if ok:
+            cands.append((int(key), conf))
+    # the bottleneck stage: the root's, where its stage's put-back also explains the most
+    neck = None
+    if cands and attribution["by_stage"].height:
+        top = int(attribution["by_stage"]["key"][0])
+        neck = top if rl.stage.get(cands[0][0]) == top else None
+    extra: list = []
+    for r, _ in cands:
+        s = rank_nodes[r]
+        extra.append(lambda m, i, s=s: (idl.fill(m, i, s, keep=True), m.dgap.__setitem__((i, s), idl.dgap[s])))
+        extra.append(lambda m, i, s=s: (idl.fill(m, i, s, keep=True), m.ddur.__setitem__((i, s), idl.ddur[s])))
+        extra.append(lambda m, i, s=s: idl.fill(m, i, s))
+    workers = tuple(int(k) for k in attribution["by_rank"]["key"].to_list()[:max(1, math.ceil(WORKER_SHARE * len(
+        set(rank.tolist()))))])
+    if workers:
+        extra.append(_remove(idl, np.flatnonzero(np.isin(rank, workers))))
+    more = [float(_step_times(step_col, sp).mean()) for sp in replay.batched(arr, sch, seg, extra)] if extra else []
+    roots = []
+    for j, (r, conf) in enumerate(cands):
+        dur_added, gap_added, t_ns = more[3 * j] - idl_ns, more[3 * j + 1] - idl_ns, more[3 * j + 2]
+        kind = ("compute" if dur_added > KIND_RATIO * max(gap_added, 0.0) else
+                "host" if gap_added > KIND_RATIO * max(dur_added, 0.0) else "unknown")
+        added = float(added_steps[("by_rank", r)].mean())
+        roots.append(Root(rank=r, kind=kind, added_ns=added, saving_ns=rep_ns - t_ns,
+                          saving_pct=100.0 * (rep_ns - t_ns) / rep_ns if rep_ns > 0 else 0.0, confidence=conf,
+                          dur_added_ns=dur_added, gap_added_ns=gap_added))
+    m_w = (rep_ns - more[-1]) / gap if workers and gap > 0 else None
+    m_s = (rep_ns - float(named["remove_last_stage"].mean())) / gap if "remove_last_stage" in named and gap > 0 \
+        else None
+    nh_rep, nh_idl = float(named["replay_no_host"].mean()), float(named["ideal_no_host"].mean())
+    return Counterfactual(
+        replay_ns=rep_ns, ideal_ns=idl_ns, slowdown=rep_ns / idl_ns if idl_ns > 0 else None,
+        replay_no_host_ns=nh_rep, ideal_no_host_ns=nh_idl, slowdown_no_host=nh_rep / nh_idl if nh_idl > 0 else None,
+        attribution=attribution, m_w=m_w, m_s=m_s, roots=tuple(roots), bottleneck_stage=neck,
+        no_straggler_ns=rep_ns - roots[0].saving_ns if roots else None,
+        ideal_changes=idl, steps=int(t_rep.size), workers=workers)
+
+
+def _put_back(idl: Ideal, nodes: np.ndarray, insts: np.ndarray | None = None) -> Callable[[replay.Mods, int], None]:
+    """The ideal run with ``nodes`` (and ``insts``' transfers) as measured."""
+    return lambda m, i: idl.fill(m, i, nodes, insts, keep=True)
+
+
+def _remove(idl: Ideal, nodes: np.ndarray) -> Callable[[replay.Mods, int], None]:
+    """The measured run with ``nodes`` made ideal."""
+    return lambda m, i: idl.fill(m, i, nodes)
+
+
+def _confidence(lift: np.ndarray) -> float:
+    """1 − the one-sided p-value that the mean per-step lift is above zero (t-test over steps); a single
+    step (or no spread at all) gives 1 when the lift is positive."""
+    n = lift.size
+    m = float(lift.mean()) if n else 0.0
+    if m <= 0:
+        return 0.0
+    sd = float(lift.std(ddof=1)) if n > 1 else 0.0
+    if n < 2 or sd == 0.0:
+        return 1.0
+    from scipy.special import stdtr  # Student's t CDF without importing scipy.stats (~0.8 s)
+
+    return float(stdtr(n - 1, m / (sd / math.sqrt(n))))
