@@ -24,8 +24,10 @@ from .hygiene import drop_invalid_gpu
 from .ingest import ReadOptions, reader_for
 from .ingest.discover import TraceFile, discover
 from .model import (
+    COLLECTIVE_SCHEMA,
     COMM_CALL_SCHEMA,
     CPU_SCHEMA,
+    GPU_OPTIONAL,
     GPU_SCHEMA,
     STEP_SCHEMA,
     RankTrace,
@@ -50,6 +52,7 @@ class LoadOptions:
 
 
 CPU_KEPT = ("runtime", "annotation")  # cpu kinds anything after loading reads
+UNCACHED = ("optable",)  # already columnar: read whole faster than a cache entry (AR, 117 k ops: ~0.1 s)
 
 
 def read_lean(path: Path, opts: ReadOptions, fmt: str = "kineto") -> list[RankTrace]:
@@ -74,7 +77,7 @@ def _read_fmt(path: Path, opts: ReadOptions, fmt: str) -> list[RankTrace]:
 def read_one(tf: TraceFile, opts: ReadOptions, use_cache: bool = True) -> list[RankTrace] | Skipped:
     """Read one file; a user-fixable problem becomes a Skipped entry (picklable for workers)."""
     try:
-        if use_cache:
+        if use_cache and tf.format not in UNCACHED:
             from .ingest.cache import cached_read
 
             return cached_read(tf, opts, lean_reader(tf.format))
@@ -333,21 +336,22 @@ def _tile_sparse_steps(steps: pl.DataFrame, gpu: pl.DataFrame) -> tuple[pl.DataF
     )
 
 
-def _concat(schema: dict[str, pl.DataType], frames: list[pl.DataFrame]) -> pl.DataFrame:
+def _concat(schema: dict[str, pl.DataType], frames: list[pl.DataFrame],
+            optional: dict[str, pl.DataType] | None = None) -> pl.DataFrame:
     """``pl.concat`` of each frame conformed to ``schema``; frames that already share one schema (cache hits)
     are concatenated first and conformed once (thousands of ranks)."""
     shared = [f for f in frames if f.width]
     if shared:
         try:
-            return conform(pl.concat(shared, how="vertical"), schema)
+            return conform(pl.concat(shared, how="vertical"), schema, optional)
         except (pl.exceptions.SchemaError, pl.exceptions.ShapeError):
             pass  # columns differ between frames: each conformed on its own
-    return pl.concat([conform(f, schema) for f in frames])
+    return pl.concat([conform(f, schema, optional) for f in frames], how="diagonal_relaxed")
 
 
 def assemble(traces: list[RankTrace], skipped: list[Skipped], warnings: list[str],
              step_marker: str | None = None) -> TraceSet:
-    gpu = _concat(GPU_SCHEMA, [t.gpu for t in traces])
+    gpu = _concat(GPU_SCHEMA, [t.gpu for t in traces], GPU_OPTIONAL)
     cpu = _concat(CPU_SCHEMA, [t.cpu for t in traces])
     calls = _concat(COMM_CALL_SCHEMA, [t.comm_calls for t in traces])
     host_steps = [t.steps for t in traces if not t.steps_on_gpu]
@@ -363,7 +367,11 @@ def assemble(traces: list[RankTrace], skipped: list[Skipped], warnings: list[str
     if no_steps:
         warnings.append(f"no step markers on rank(s) {_ranks_text(no_steps)}: analyzed as one window")
     groups = {t.meta.rank: t.meta.process_groups for t in traces}
-    table = collectives.build_table(gpu, cpu, calls, steps, groups, host_step_windows(cpu, step_marker))
+    given = [t for t in traces if t.collectives is not None]  # readers that know the table whole (op tables)
+    rest = gpu.filter(~pl.col("rank").is_in([t.meta.rank for t in given])) if given else gpu
+    table = collectives.build_table(rest, cpu, calls, steps, groups, host_step_windows(cpu, step_marker))
+    if given:
+        table = _concat(COLLECTIVE_SCHEMA, [table, *[t.collectives for t in given]]).sort("rank", "start_ns")
     missing = table.filter(~pl.col("has_meta"))
     if missing.height:
         warnings.append(

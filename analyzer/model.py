@@ -24,6 +24,17 @@ GPU_SCHEMA: dict[str, pl.DataType] = {
     "correlation": pl.Int64,
 }
 
+# Kept where a reader provides them (op tables): the rank's pipeline stage and dp rank, the op's micro-batch,
+# virtual stage (model chunk) and its global index, and its ordinal among its type's ops in the step.
+GPU_OPTIONAL: dict[str, pl.DataType] = {
+    "stage": pl.Int32,
+    "dp_rank": pl.Int32,
+    "micro_batch": pl.Int32,
+    "chunk": pl.Int32,
+    "global_chunk": pl.Int32,
+    "op_seq": pl.Int32,
+}
+
 CPU_SCHEMA: dict[str, pl.DataType] = {
     "rank": pl.Int32,
     "tid": pl.Int64,
@@ -95,11 +106,14 @@ def empty(schema: dict[str, pl.DataType]) -> pl.DataFrame:
     return pl.DataFrame(schema=schema)
 
 
-def conform(df: pl.DataFrame, schema: dict[str, pl.DataType]) -> pl.DataFrame:
-    """Select and cast ``df`` to ``schema`` (missing columns become null), in schema order."""
+def conform(df: pl.DataFrame, schema: dict[str, pl.DataType],
+            optional: dict[str, pl.DataType] | None = None) -> pl.DataFrame:
+    """Select and cast ``df`` to ``schema`` (missing columns become null), in schema order; the ``optional``
+    columns that ``df`` has follow, cast."""
     if df.width == 0 or df.height == 0 and not set(schema) <= set(df.columns):
         return empty(schema)
-    if list(df.schema.items()) == list(schema.items()):
+    extra = {n: t for n, t in (optional or {}).items() if n in df.columns}
+    if list(df.schema.items()) == list(schema.items()) + list(extra.items()):
         return df  # already canonical (cache entries are): nothing to do, for each of many ranks
     cols = []
     for name, dtype in schema.items():
@@ -107,7 +121,7 @@ def conform(df: pl.DataFrame, schema: dict[str, pl.DataType]) -> pl.DataFrame:
             cols.append(pl.col(name).cast(dtype, strict=False))
         else:
             cols.append(pl.lit(None, dtype=dtype).alias(name))
-    return df.select(cols)
+    return df.select(cols + [pl.col(n).cast(t, strict=False) for n, t in extra.items()])
 
 
 @dataclass(frozen=True)
@@ -142,6 +156,9 @@ class RankTrace:
     comm_calls: pl.DataFrame
     steps: pl.DataFrame
     steps_on_gpu: bool = False  # step windows already on the GPU timeline (GPU-side annotations)
+    # the rank's collectives table where the reader knows it whole (op tables: groups from the layout, no host
+    # calls to link); None: built from comm_calls and the kernels (collectives.build_table)
+    collectives: pl.DataFrame | None = None
 
 
 @dataclass(frozen=True)

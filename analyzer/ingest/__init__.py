@@ -21,6 +21,10 @@ def reader_for(fmt: str) -> Reader:
         from . import nsys
 
         return nsys.read
+    if fmt == "optable":
+        from . import optable
+
+        return optable.read
     raise ValueError(f"unknown trace format {fmt!r}")
 
 

@@ -11,6 +11,7 @@ from ..errors import TraceError, UsageError
 from .source import GZIP_MAGIC, SQLITE_MAGIC, head, refuse_special, strip_bom
 
 _TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".nsys-rep", ".gz")
+_OPTABLE_SUFFIXES = (".parquet", ".arrow", ".feather", ".ipc", ".csv")  # op tables (ingest/optable_frame.py)
 _RANK_PATTERNS = (
     re.compile(r"(?i)rank[-_]?(\d+)"),
     re.compile(r"(?i)[-_.](\d+)\.(?:pt\.trace\.)?json(?:\.gz)?$"),
@@ -37,6 +38,10 @@ def sniff(path: Path) -> str | None:
     """Format by content: SQLite -> nsys, JSON (plain or gzip) with trace keys -> kineto."""
     if path.suffix == ".nsys-rep":
         return "nsys"
+    if path.name.lower().endswith(_OPTABLE_SUFFIXES):
+        from .optable_frame import sniff as sniff_table
+
+        return "optable" if sniff_table(path) else None
     # 4 KiB first: a Kineto file names its keys at the top (16k small ranks: 64 MB read, not 1 GB)
     for size in (1 << 12, 1 << 16):
         start = head(path, size)
@@ -68,14 +73,15 @@ def discover(paths: list[Path]) -> list[TraceFile]:
         refuse_special(p)  # a FIFO named x.json would block the first read forever
         if p.is_dir():
             # is_file(): FIFOs, sockets and devices in a folder are not trace files and are never opened
-            for child in sorted(c for c in p.rglob("*") if c.is_file() and c.name.endswith(_TRACE_SUFFIXES)):
+            for child in sorted(c for c in p.rglob("*") if c.is_file() and c.name.lower().endswith(_TRACE_SUFFIXES + _OPTABLE_SUFFIXES)):
                 fmt = sniff(child)
                 if fmt:
                     found.append(TraceFile(child, fmt, rank_from_name(child.name)))
         else:
-            fmt = sniff(p) or "kineto"  # the reader then says precisely what is wrong with it
+            # the reader then says precisely what is wrong with it
+            fmt = sniff(p) or ("optable" if p.name.lower().endswith(_OPTABLE_SUFFIXES) else "kineto")
             found.append(TraceFile(p, fmt, rank_from_name(p.name)))
     if not found:
         raise UsageError(f"no trace files found in {', '.join(str(p) for p in paths)} "
-                         "(expected *.pt.trace.json[.gz], *.json[.gz] or *.sqlite)")
+                         "(expected *.pt.trace.json[.gz], *.json[.gz], *.sqlite or an op table *.parquet/*.arrow/*.csv)")
     return found

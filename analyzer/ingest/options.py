@@ -10,3 +10,4 @@ class ReadOptions:
     rank_hint: int | None = None  # rank guessed from the file name by discover.py
     rank_map: dict[str, int] = field(default_factory=dict)  # file name or "file:pid" -> rank (--rank-map)
     step_marker: str | None = None  # regex over annotation names (--step-marker)
+    layout: str | None = None  # op tables: parallel sizes, e.g. "tp=4,dp=4,pp=4" (else the meta file beside it)
