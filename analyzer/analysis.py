@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from functools import partial
 
@@ -110,6 +111,10 @@ def analyze(ts: TraceSet, dims: dimensions.Options | None = None, busbw: dict[st
     stage_of = pipe["rank_steps"].select("rank", "stage").unique() if pipe is not None else None
     cfx = counterfactual.analyze(dep, ts.steps, counterfactual.roles(groups, ranks, stage_of),
                                  dimensions.pg_dimensions(groups), prepared) if prepared is not None else None
+    if cfx is not None and ts.format == "optable":  # the published study's model too, to compare with its numbers
+        cfx = dataclasses.replace(cfx, study=counterfactual.analyze(
+            dep, ts.steps, counterfactual.roles(groups, ranks, stage_of), dimensions.pg_dimensions(groups), prepared,
+            study=True))
     if cfx is not None:
         found = [stragglers.from_counterfactual(r.rank, r.kind, r.confidence, order, roots_of, cause_of(r.rank),
                                                 r.saving_ns, r.saving_pct, r.added_ns) for r in cfx.roots]
@@ -123,6 +128,7 @@ def analyze(ts: TraceSet, dims: dimensions.Options | None = None, busbw: dict[st
                               peers=replicas.get(root[0]) if root else None,
                               ideal=cfx.ideal_changes if cfx is not None else None, prepared=prepared)
     warnings.extend(whatif.warnings(replayed))
+    warnings.extend(counterfactual.warnings(cfx))
 
     rank_df = _rank_frame(totals, per_step, split, order)
     step_df = _step_frame(per_step, split, matched, roots_of.steps)

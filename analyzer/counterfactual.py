@@ -23,8 +23,9 @@ Computed on the one dependency graph with its replay (replay.py), as in the What
 - **M_W** (share explained by individual workers): the part of T_replay − T_ideal removed by making the
   top ceil(3%) ranks ideal in the measured run; **M_S** (stage imbalance): the same for the last pipeline
   stage (the study's definitions; either can exceed 1).
-- **Roots**: a rank whose put-back adds a visible part of the step (``VISIBLE_SHARE``), several times what
-  a typical rank's and its own replicas' (same role) do (``EFFECT``), and more than its own step-to-step
+- **Roots**: a rank whose put-back adds a visible part of the step (``VISIBLE_SHARE``), twice what
+  a typical rank's (the upper quartile of the others') does and three times its own replicas' (same role)
+  (``EFFECT``, ``PEER_EFFECT``), and more than its own step-to-step
   spread allows by chance (a one-sided t-test over steps of its lift over the typical rank, ``MAX_P``).
   A balanced job's put-backs are all alike and small; a pipeline stage's structural waits stay in the
   ideal too, so putting one stage back changes nothing.
@@ -46,10 +47,12 @@ from .graph import Graph
 WORK_KINDS = ("compute", "memcpy", "memset", "other")
 MAX_GROUPS = 32  # per attribution axis: the groups with the most time above ideal (all, when fewer)
 VISIBLE_SHARE = 0.02  # a root's put-back adds at least this share of the replayed step
-EFFECT = 3.0  # ... and at least this many times a typical rank's put-back
+EFFECT = 2.0  # ... and at least this many times a typical rank's put-back (upper quartile of the others')
+PEER_EFFECT = 3.0  # ... and this many times its replicas' (same role: DP peers) median
 MAX_P = 0.05  # ... and stands out against its step-to-step spread (one-sided t-test over steps)
 KIND_RATIO = 2.0  # durations (or gaps) put back alone explain this many times the other: compute (host)
 MAX_ROOTS = 5
+TYPICAL_QUANTILE = 0.75  # "a typical rank's put-back": the upper quartile of the other ranks'
 SPMD_DIMS = {"world", "dp", "fsdp", "ep"}  # groups of ranks that run the same program
 WORKER_SHARE = 0.03  # M_W: the top 3% of ranks (at least one), as in the study
 
@@ -162,6 +165,23 @@ def ideal(g: Graph, rl: Roles) -> Ideal:
                  inst["dt"].to_numpy().astype(np.float64), out["gap_ns"].fill_null(0.0).to_numpy())
 
 
+def ideal_study(g: Graph) -> Ideal:
+    """The published study's ideal (What-if, OSDI'25): every operation of an op type at the mean duration of
+    that type over all ranks, stages and steps (communication: the median transfer), host gaps removed; not
+    bounded by the measured values."""
+    n = g.nodes.select("kind", "name", pl.col("dur_ns").cast(pl.Float64), pl.col("gap_ns").cast(pl.Float64)
+                       .clip(lower_bound=0), pl.col("inst").is_not_null().alias("_m"))
+    dd = n.select(pl.when(~pl.col("_m")).then(
+        pl.when(pl.col("kind") == "comm").then(pl.col("dur_ns").median().over("name", "_m"))
+        .otherwise(pl.col("dur_ns").mean().over("name", "_m")) - pl.col("dur_ns")).otherwise(0.0).alias("d"))["d"]
+    names = g.nodes.select("node", "name")
+    inst = g.instances.sort("inst").join(names, left_on="last_node", right_on="node", how="left", maintain_order="left")
+    dt = inst.select((pl.col("transfer_ns").cast(pl.Float64).median().over("name") - pl.col("transfer_ns"))
+                     .fill_null(0.0).alias("dt"))["dt"]
+    gap = n["gap_ns"].fill_null(0.0).to_numpy()
+    return Ideal(dd.fill_null(0.0).to_numpy(), -gap, dt.to_numpy().astype(np.float64), gap)
+
+
 @dataclass(frozen=True)
 class Root:
     rank: int
@@ -191,6 +211,7 @@ class Counterfactual:
     ideal_changes: Ideal = field(repr=False)
     steps: int = 0
     workers: tuple[int, ...] = ()  # the ranks M_W makes ideal
+    study: Counterfactual | None = None  # the published study's model (op tables), see ideal_study
 
 
 AXES = ("by_rank", "by_stage", "by_dp_replica", "by_dimension", "by_op")
@@ -213,58 +234,65 @@ def _top(keys: np.ndarray, excess: np.ndarray, k: int) -> list[int]:
 
 
 def _op_type(nodes: pl.DataFrame) -> pl.Series:
-    """Communication by its operation (all_reduce, send_recv, ...), the rest by kind (compute, memcpy, ...)."""
+    """Op types: the operations' names where a job has few (op tables: forward-compute, grads-reduce-scatter,
+    ...); else communication by its operation (all_reduce, send_recv, ...) and the rest by kind (compute, memcpy)."""
+    if nodes["name"].n_unique() <= MAX_GROUPS:
+        return nodes["name"].fill_null("other").alias("t")
     return nodes.select(pl.when(pl.col("kind") == "comm").then(pl.coalesce("op", pl.lit("comm")))
                         .otherwise(pl.col("kind")).alias("t"))["t"]
 
 
 def analyze(g: Graph, steps: pl.DataFrame, rl: Roles, dims: dict[str, str] | None = None,
-            prepared: tuple[replay.Arrays, replay.Schedule, replay.Segments] | None = None) -> Counterfactual | None:
-    """S, its attribution, M_W, M_S and the roots. None when the graph has nothing to replay."""
+            prepared: tuple[replay.Arrays, replay.Schedule, replay.Segments] | None = None,
+            study: bool = False) -> Counterfactual | None:
+    """S, its attribution, M_W, M_S and the roots. None when the graph has nothing to replay. ``study``: the
+    published study's model (:func:`ideal_study`; host gaps removed in every run, the measured one too)."""
     if g.n_nodes == 0:
         return None
     arr, sch, seg = prepared or (replay.Arrays.of(g), None, replay.segments(g, steps))
     if seg.order.size == 0:
         return None
     sch = sch or replay.schedule(arr)
-    idl = ideal(g, rl)
-    nodes = g.nodes.select("node", "rank", "kind", "op", "pg", "inst")
+    idl = ideal_study(g) if study else ideal(g, rl)
+    host = not study
+    nodes = g.nodes.select("node", "rank", "kind", "name", "op", "pg", "inst")
     rank = nodes["rank"].to_numpy().astype(np.int64)
     excess = -(idl.ddur + idl.dgap)
     node_inst = nodes["inst"].fill_null(-1).to_numpy()
 
     # scenario rows: (axis, key, fill)
     rows: list[tuple[str, object, object]] = [
-        ("", "replay", lambda m, i: None),
-        ("", "ideal", lambda m, i: idl.fill(m, i)),
+        ("", "replay", (lambda m, i: None) if host else (lambda m, i: m.dgap.__setitem__(i, -idl.gap))),
+        ("", "ideal", lambda m, i: idl.fill(m, i, host=host)),
         ("", "replay_no_host", lambda m, i: m.dgap.__setitem__(i, -idl.gap)),
         ("", "ideal_no_host", lambda m, i: idl.fill(m, i, host=False)),
     ]
     by_rank = _top(rank, excess, MAX_GROUPS)
     rank_nodes = {r: np.flatnonzero(rank == r) for r in by_rank}
     for r in by_rank:
-        rows.append(("by_rank", r, _put_back(idl, rank_nodes[r])))
+        rows.append(("by_rank", r, _put_back(idl, host, rank_nodes[r])))
     stage_of = np.array([rl.stage.get(int(r), -1) for r in rank]) if rl.stage else None
     if stage_of is not None:
         for s in sorted(set(rl.stage.values())):
-            rows.append(("by_stage", s, _put_back(idl, np.flatnonzero(stage_of == s))))
+            rows.append(("by_stage", s, _put_back(idl, host, np.flatnonzero(stage_of == s))))
     if rl.replicated and rl.replica:
         rep = np.array([rl.replica.get(int(r), -1) for r in rank])
         for j in _top(rep[rep >= 0], excess[rep >= 0], MAX_GROUPS):
-            rows.append(("by_dp_replica", j, _put_back(idl, np.flatnonzero(rep == j))))
+            rows.append(("by_dp_replica", j, _put_back(idl, host, np.flatnonzero(rep == j))))
     inst_pg = g.instances.sort("inst")["pg"]
     if dims:
         node_dim = nodes["pg"].replace_strict(dims, default=None, return_dtype=pl.Utf8).to_numpy()
         inst_dim = inst_pg.replace_strict(dims, default=None, return_dtype=pl.Utf8).to_numpy()
         for d in sorted({d for d in dims.values() if d and d != "unknown"}):
-            rows.append(("by_dimension", d, _put_back(idl, np.flatnonzero(node_dim == d), np.flatnonzero(inst_dim == d))))
+            rows.append(("by_dimension", d, _put_back(idl, host, np.flatnonzero(node_dim == d),
+                                                      np.flatnonzero(inst_dim == d))))
     op_t = _op_type(nodes).to_numpy()
-    inst_op = g.instances.sort("inst")["op"].fill_null("comm").to_numpy()
+    inst_op = op_t[g.instances.sort("inst")["last_node"].to_numpy()] if g.instances.height else op_t[:0]
     for t in sorted({str(x) for x in op_t}):
-        rows.append(("by_op", t, _put_back(idl, np.flatnonzero(op_t == t), np.flatnonzero(inst_op == t))))
+        rows.append(("by_op", t, _put_back(idl, host, np.flatnonzero(op_t == t), np.flatnonzero(inst_op == t))))
     last_stage = max(rl.stage.values()) if rl.stage else None
     if stage_of is not None:
-        rows.append(("", "remove_last_stage", _remove(idl, np.flatnonzero(stage_of == last_stage))))
+        rows.append(("", "remove_last_stage", _remove(idl, host, np.flatnonzero(stage_of == last_stage))))
     del node_inst
 
     spans = replay.batched(arr, sch, seg, [f for _, _, f in rows])
@@ -295,19 +323,21 @@ def analyze(g: Graph, steps: pl.DataFrame, rl: Roles, dims: dict[str, str] | Non
     def stands_out(key: int) -> tuple[bool, float]:
         x = added_steps[("by_rank", key)]
         others = {int(k): float(v.mean()) for (a, k), v in added_steps.items() if a == "by_rank" and k != key}
-        typical = float(np.median(list(others.values()))) if others else 0.0
+        # the upper quartile: lateness several ranks take turns at (ring positions) is the background, not a root
+        typical = float(np.quantile(list(others.values()), TYPICAL_QUANTILE)) if others else 0.0
         # its replicas of the same role (where replayed): a balanced pipeline's last stage adds its noise on the
         # critical path in every replica alike
         peers = [v for k, v in others.items() if rl.replicated and role_of.get(k) == role_of.get(key)]
-        floor = max(typical, float(np.median(peers)) if peers else 0.0, 0.0)
+        peer = float(np.median(peers)) if peers else 0.0
         lift = x - typical
         conf = _confidence(lift)
-        ok = float(lift.mean()) >= VISIBLE_SHARE * rep_ns and float(x.mean()) >= EFFECT * floor and 1.0 - conf <= MAX_P
+        ok = (float(lift.mean()) >= VISIBLE_SHARE * rep_ns and float(x.mean()) >= EFFECT * max(typical, 0.0)
+              and float(x.mean()) >= PEER_EFFECT * max(peer, 0.0) and 1.0 - conf <= MAX_P)
         return ok, conf
 
     # roots: ranks by what their put-back adds; then the kind and the saving of each, one more batch
     cands = []
-    for key in attribution["by_rank"]["key"].to_list()[:MAX_ROOTS]:
+    for key in attribution["by_rank"]["key"].to_list()[:MAX_ROOTS] if idl_ns <= rep_ns else []:
         ok, conf = stands_out(int(key))
         if ok:
             cands.append((int(key), conf))
@@ -319,13 +349,15 @@ def analyze(g: Graph, steps: pl.DataFrame, rl: Roles, dims: dict[str, str] | Non
     extra: list = []
     for r, _ in cands:
         s = rank_nodes[r]
-        extra.append(lambda m, i, s=s: (idl.fill(m, i, s, keep=True), m.dgap.__setitem__((i, s), idl.dgap[s])))
-        extra.append(lambda m, i, s=s: (idl.fill(m, i, s, keep=True), m.ddur.__setitem__((i, s), idl.ddur[s])))
-        extra.append(lambda m, i, s=s: idl.fill(m, i, s))
+        extra.append(lambda m, i, s=s: (idl.fill(m, i, s, keep=True, host=host),
+                                        m.dgap.__setitem__((i, s), idl.dgap[s])))
+        extra.append(lambda m, i, s=s: (idl.fill(m, i, s, keep=True, host=host),
+                                        m.ddur.__setitem__((i, s), idl.ddur[s])))
+        extra.append(lambda m, i, s=s: idl.fill(m, i, s, host=host))
     workers = tuple(int(k) for k in attribution["by_rank"]["key"].to_list()[:max(1, math.ceil(WORKER_SHARE * len(
         set(rank.tolist()))))])
     if workers:
-        extra.append(_remove(idl, np.flatnonzero(np.isin(rank, workers))))
+        extra.append(_remove(idl, host, np.flatnonzero(np.isin(rank, workers))))
     more = [float(_step_times(step_col, sp).mean()) for sp in replay.batched(arr, sch, seg, extra)] if extra else []
     roots = []
     for j, (r, conf) in enumerate(cands):
@@ -348,14 +380,24 @@ def analyze(g: Graph, steps: pl.DataFrame, rl: Roles, dims: dict[str, str] | Non
         ideal_changes=idl, steps=int(t_rep.size), workers=workers)
 
 
-def _put_back(idl: Ideal, nodes: np.ndarray, insts: np.ndarray | None = None) -> Callable[[replay.Mods, int], None]:
+def _put_back(idl: Ideal, host: bool, nodes: np.ndarray, insts: np.ndarray | None = None
+              ) -> Callable[[replay.Mods, int], None]:
     """The ideal run with ``nodes`` (and ``insts``' transfers) as measured."""
-    return lambda m, i: idl.fill(m, i, nodes, insts, keep=True)
+    return lambda m, i: idl.fill(m, i, nodes, insts, keep=True, host=host)
 
 
-def _remove(idl: Ideal, nodes: np.ndarray) -> Callable[[replay.Mods, int], None]:
+def _remove(idl: Ideal, host: bool, nodes: np.ndarray) -> Callable[[replay.Mods, int], None]:
     """The measured run with ``nodes`` made ideal."""
-    return lambda m, i: idl.fill(m, i, nodes)
+    return lambda m, i: idl.fill(m, i, nodes, host=host)
+
+
+def warnings(c: Counterfactual | None) -> list[str]:
+    """What the report must say about the counterfactual's own soundness."""
+    if c is None or c.slowdown is None or c.slowdown >= 1.0 - 1e-9:
+        return []
+    return [f"the ideal run replays slower than the measured one (S = {c.slowdown:.3f}): the replay is not monotone "
+            "here (partial or unmatched communication, inconsistent gaps), so the counterfactual verdict is unreliable "
+            f"and no root is named (with host gaps removed: S = {c.slowdown_no_host or 0:.3f})"]
 
 
 def _confidence(lift: np.ndarray) -> float:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from ..analysis import Analysis
-from ..counterfactual import AXES
+from ..counterfactual import AXES, Counterfactual
 
 NS_PER_MS = 1e6
 
@@ -20,6 +20,13 @@ def counterfactual_dict(a: Analysis) -> dict:
     c = a.counterfactual
     if c is None:
         return {"slowdown": None, "slowdown_no_host": None, "attribution": None, "m_w": None, "m_s": None}
+    out = _block(c)
+    if c.study is not None:
+        out["study"] = _block(c.study)
+    return out
+
+
+def _block(c: Counterfactual) -> dict:
     attribution = {}
     for ax in AXES:
         df = c.attribution.get(ax)
