@@ -26,7 +26,9 @@ Computed on the one dependency graph with its replay (replay.py), as in the What
 - **Roots**: a rank whose put-back adds a visible part of the step (``VISIBLE_SHARE``), twice what
   a typical rank's (the upper quartile of the others') does and three times its own replicas' (same role)
   (``EFFECT``, ``PEER_EFFECT``), and more than its own step-to-step
-  spread allows by chance (a one-sided t-test over steps of its lift over the typical rank, ``MAX_P``).
+  spread allows by chance (a one-sided t-test over steps of its lift over the typical rank, ``MAX_P``); and
+  making the roots ideal together in the measured run saves at least half of what the first one's put-back
+  adds (``SAVING_SHARE``: a rank slower than its peers that other ranks hold back as much is no root).
   A balanced job's put-backs are all alike and small; a pipeline stage's structural waits stay in the
   ideal too, so putting one stage back changes nothing.
 - **Kind**: the root's durations alone against its host gaps alone, put back: compute or host.
@@ -50,6 +52,7 @@ VISIBLE_SHARE = 0.02  # a root's put-back adds at least this share of the replay
 EFFECT = 2.0  # ... and at least this many times a typical rank's put-back (upper quartile of the others')
 PEER_EFFECT = 3.0  # ... and this many times its replicas' (same role: DP peers) median
 MAX_P = 0.05  # ... and stands out against its step-to-step spread (one-sided t-test over steps)
+SAVING_SHARE = 0.5  # roots made ideal together save at least this share of the first one's put-back
 KIND_RATIO = 2.0  # durations (or gaps) put back alone explain this many times the other: compute (host)
 MAX_ROOTS = 5
 TYPICAL_QUANTILE = 0.75  # "a typical rank's put-back": the upper quartile of the other ranks'
@@ -130,9 +133,11 @@ class Ideal:
 
 def ideal(g: Graph, rl: Roles) -> Ideal:
     """The ideal run's changes to durations, gaps and transfers (see the module doc)."""
-    key = ["_role", "name", "occurrence"]
+    # a rank's first operation is its own role: its gap is measured from the job's start, not from a predecessor
+    key = ["_role", "name", "occurrence", "_first"]
     n = g.nodes.select(
         "node", "rank", "kind", pl.col("name").cast(pl.Categorical).to_physical(), "occurrence",
+        pl.col("bind_pred").is_null().alias("_first"),
         pl.col("dur_ns").cast(pl.Float64), pl.col("gap_ns").cast(pl.Float64).clip(lower_bound=0),
         pl.col("rank").replace_strict(rl.role, default=-1, return_dtype=pl.Int64).alias("_role"))
     per_rank = n.group_by("rank", *key).agg(pl.col("dur_ns").median().alias("_d"), pl.col("gap_ns").median().alias("_g"))
@@ -225,6 +230,40 @@ def _step_times(step: np.ndarray, span: np.ndarray) -> np.ndarray:
     return longest
 
 
+def steps_apart(g: Graph) -> Graph:
+    """The graph with every step on its own, as the study simulates them: a rank's first operation of a step
+    depends on nothing before it, and its gap is measured from the step's start (the earliest start of the
+    step on any rank), so removing host gaps starts every rank at the step's measured start."""
+    n = g.nodes.with_columns(pl.col("a_start_ns").min().over("step").alias("_s0"),
+                             (pl.col("ordinal") == pl.col("ordinal").min().over("rank", "step")).alias("_first"))
+    cut = pl.col("_first") & pl.col("step").is_not_null()
+    n = n.with_columns(
+        pl.when(cut).then(None).otherwise(pl.col("bind_pred")).alias("bind_pred"),
+        pl.when(cut).then(None).otherwise(pl.col("stream_pred")).alias("stream_pred"),
+        pl.when(cut).then(pl.col("a_start_ns") - pl.col("_s0")).otherwise(pl.col("gap_ns")).alias("gap_ns"),
+    ).drop("_s0", "_first")
+    return Graph(nodes=n, instances=g.instances, edges=g.edges)
+
+
+def _chained_steps(g: Graph) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+    """Per replayed run (rows of ds, de), each step's time as the study counts it: from the step's measured
+    start (its earliest operation on any rank) to its last operation's replayed end on any rank."""
+    st = g.nodes["step"].fill_null(-1).to_numpy()
+    keep = st >= 0
+    keys, inv = np.unique(st[keep], return_inverse=True)
+    idx = np.flatnonzero(keep)
+    s0 = g.nodes["a_start_ns"].to_numpy()[idx].astype(np.float64)
+    e0 = g.nodes["a_end_ns"].to_numpy()[idx].astype(np.float64)
+    order = np.argsort(inv, kind="stable")
+    bounds = np.searchsorted(inv[order], np.arange(keys.size))
+    start = np.minimum.reduceat(s0[order], bounds)
+
+    def measure(ds: np.ndarray, de: np.ndarray) -> np.ndarray:
+        return np.maximum.reduceat((e0 + de[:, idx])[:, order], bounds, axis=1) - start
+
+    return measure
+
+
 def _top(keys: np.ndarray, excess: np.ndarray, k: int) -> list[int]:
     """The k keys with the most excess (all when at most k), ascending key order kept for ties."""
     u, inv = np.unique(keys, return_inverse=True)
@@ -249,7 +288,9 @@ def analyze(g: Graph, steps: pl.DataFrame, rl: Roles, dims: dict[str, str] | Non
     published study's model (:func:`ideal_study`; host gaps removed in every run, the measured one too)."""
     if g.n_nodes == 0:
         return None
-    arr, sch, seg = prepared or (replay.Arrays.of(g), None, replay.segments(g, steps))
+    if study:
+        g, prepared = steps_apart(g), None
+    arr, sch, seg = prepared or (replay.Arrays.of(g, eager=not study), None, replay.segments(g, steps))
     if seg.order.size == 0:
         return None
     sch = sch or replay.schedule(arr)
@@ -295,9 +336,16 @@ def analyze(g: Graph, steps: pl.DataFrame, rl: Roles, dims: dict[str, str] | Non
         rows.append(("", "remove_last_stage", _remove(idl, host, np.flatnonzero(stage_of == last_stage))))
     del node_inst
 
-    spans = replay.batched(arr, sch, seg, [f for _, _, f in rows])
     step_col = seg.table["step"].to_numpy()
-    per_step = [_step_times(step_col, sp) for sp in spans]
+    if study:  # the study's steps: each on its own, every rank starting it at its measured start
+        measure = _chained_steps(g)
+
+        def times(fills: list) -> list[np.ndarray]:
+            return replay.batched(arr, sch, seg, fills, measure)
+    else:
+        def times(fills: list) -> list[np.ndarray]:
+            return [_step_times(step_col, sp) for sp in replay.batched(arr, sch, seg, fills)]
+    per_step = times([f for _, _, f in rows])
     named = {k: per_step[i] for i, (ax, k, _) in enumerate(rows) if not ax}
     t_rep, t_idl = named["replay"], named["ideal"]
     rep_ns, idl_ns = float(t_rep.mean()), float(t_idl.mean())
@@ -341,11 +389,6 @@ def analyze(g: Graph, steps: pl.DataFrame, rl: Roles, dims: dict[str, str] | Non
         ok, conf = stands_out(int(key))
         if ok:
             cands.append((int(key), conf))
-    # the bottleneck stage: the root's, where its stage's put-back also explains the most
-    neck = None
-    if cands and attribution["by_stage"].height:
-        top = int(attribution["by_stage"]["key"][0])
-        neck = top if rl.stage.get(cands[0][0]) == top else None
     extra: list = []
     for r, _ in cands:
         s = rank_nodes[r]
@@ -356,9 +399,22 @@ def analyze(g: Graph, steps: pl.DataFrame, rl: Roles, dims: dict[str, str] | Non
         extra.append(lambda m, i, s=s: idl.fill(m, i, s, host=host))
     workers = tuple(int(k) for k in attribution["by_rank"]["key"].to_list()[:max(1, math.ceil(WORKER_SHARE * len(
         set(rank.tolist()))))])
+    for k in range(2, len(cands) + 1):  # the first k candidates made ideal together
+        extra.append(_remove(idl, host, np.concatenate([rank_nodes[r] for r, _ in cands[:k]])))
     if workers:
         extra.append(_remove(idl, host, np.flatnonzero(np.isin(rank, workers))))
-    more = [float(_step_times(step_col, sp).mean()) for sp in replay.batched(arr, sch, seg, extra)] if extra else []
+    more = [float(t.mean()) for t in times(extra)] if extra else []
+    # the candidates fixing which pays: the most of them whose joint fix saves at least SAVING_SHARE of what the
+    # first one's put-back adds (a rank slower than its peers that other ranks hold back as much is no root)
+    joint = [rep_ns - more[2]] + [rep_ns - more[3 * len(cands) + k - 2] for k in range(2, len(cands) + 1)] \
+        if cands else []
+    keep = next((k for k in range(len(cands), 0, -1)
+                 if joint[k - 1] >= SAVING_SHARE * float(added_steps[("by_rank", cands[0][0])].mean())), 0)
+    cands = cands[:keep]
+    neck = None
+    if cands and attribution["by_stage"].height:
+        top = int(attribution["by_stage"]["key"][0])
+        neck = top if rl.stage.get(cands[0][0]) == top else None
     roots = []
     for j, (r, conf) in enumerate(cands):
         dur_added, gap_added, t_ns = more[3 * j] - idl_ns, more[3 * j + 1] - idl_ns, more[3 * j + 2]

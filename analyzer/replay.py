@@ -114,7 +114,9 @@ class Arrays:
     chain_floor: np.ndarray  # for each position in chain_order: −slack (float)
 
     @classmethod
-    def of(cls, g: Graph) -> Arrays:
+    def of(cls, g: Graph, eager: bool = True) -> Arrays:
+        """``eager`` False: a send/recv pair always ends together, even where the send finished before its
+        receiver started (the What-if study's model)."""
         n = g.nodes
 
         def col(name: str, fill: int = -1) -> np.ndarray:
@@ -138,7 +140,7 @@ class Arrays:
         lead = np.flatnonzero(~simple)
         p2p = n["op"].is_in(["send", "recv", "send_recv"]).fill_null(False).to_numpy()
         gate = _apart(np.where(p2p, inst, -1), col("gate_node"), col("a_start_ns"), col("a_end_ns"),
-                      g.instances.height)
+                      g.instances.height) if eager else col("gate_node")
         groups, also, parent = _gate_groups(inst, gate, g.instances.height)
         joined = np.concatenate([groups[groups >= 0], also[also >= 0]])
         # a kernel that waited for nobody arrives with no wait (a collective's last arriver has none anyway)
@@ -463,9 +465,11 @@ def step_spans(seg: Segments, ds: np.ndarray, de: np.ndarray) -> np.ndarray:
     return span[None, :] + end_shift - first
 
 
-def batched(a: Arrays, sch: Schedule, seg: Segments, fill: list[Callable[[Mods, int], None]]) -> list[np.ndarray]:
-    """Replayed span per (rank, step) window of each scenario; ``fill(mods, i)`` writes scenario i's changes.
-    Scenarios run in batches that keep the (scenarios x nodes) arrays within ``CELLS``."""
+def batched(a: Arrays, sch: Schedule, seg: Segments, fill: list[Callable[[Mods, int], None]],
+            measure: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None) -> list[np.ndarray]:
+    """Replayed span per (rank, step) window of each scenario (or ``measure(ds, de)`` of it); ``fill(mods, i)``
+    writes scenario i's changes. Scenarios run in batches that keep the (scenarios x nodes) arrays within
+    ``CELLS``."""
     n = a.rank.size
     batch = max(1, min(len(fill), CELLS // max(n, 1)))
     out: list[np.ndarray] = []
@@ -475,5 +479,5 @@ def batched(a: Arrays, sch: Schedule, seg: Segments, fill: list[Callable[[Mods, 
         for i, f in enumerate(part):
             f(mods, i)
         ds, de = run(a, sch, mods)
-        out.extend(step_spans(seg, ds, de))
+        out.extend(step_spans(seg, ds, de) if measure is None else measure(ds, de))
     return out
