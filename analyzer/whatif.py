@@ -1,19 +1,18 @@
 """What would it buy? Modified replays of the measured run (see replay.py) and what each saves.
 
 Scenarios (each a row of changes to durations, gaps, transfers, or hidden communication):
-- ``no_straggler``: the verdict's rank loses its extra time: compute beyond its peers' median for the
-  same operation (compute straggler; an operation its peers do not run at all is all extra), its host
-  gap beyond theirs (host straggler), or both (unknown kind). Its peers: the ranks of its role in the
-  other data-parallel replicas where there are some (another pipeline stage idles in other places), else
-  every other rank. "Same operation": the k-th kernel of
-  that name in the rank's step (SPMD ranks run the same sequence).
+- ``no_straggler``: the verdict's rank made ideal, everything else as measured. With the counterfactual's
+  ideal run (``ideal``, analyzer/counterfactual.py: each operation at its role's typical duration and gap,
+  never above measured) that is its operations and gaps at their ideal values; without one (no counterfactual),
+  its compute beyond its peers' median for the same operation (compute straggler; work its peers do not run
+  is all extra), its host gap beyond theirs (host straggler), or both (unknown kind).
 - ``no_exposed_comm`` (and ``no_exposed_comm:<dim>`` with a process-group -> dimension map):
   communication costs nothing, waits included: an upper bound on what overlap could buy.
 - ``busbw:<op>=<GB/s>`` (``all`` for every op): transfers at that bus bandwidth,
   transfer = bytes × nccl-tests factor(op, n) / busbw.
-- ``ideal``: every compute operation at its mean across ranks and steps, every transfer at the median
-  of its (op, bytes, group size), every gap at the median for its operation (the What-if analysis'
-  ideal, OSDI'25); S = measured / ideal.
+- ``ideal``: the counterfactual's ideal run (S = replay / ideal); without one, every compute operation at its
+  mean across ranks and steps, every transfer at the median of its (op, bytes, group size), every gap at the
+  median for its operation.
 - per rank: that rank's operations and gaps made ideal; replayed for the ``max_ranks`` ranks with the
   most to gain (all ranks up to that many), a saving per step for the heatmap.
 Step time: per step the longest (rank) step window, a step being done when its slowest rank is (needs
