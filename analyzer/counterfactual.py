@@ -47,7 +47,10 @@ from . import replay
 from .graph import Graph
 
 WORK_KINDS = ("compute", "memcpy", "memset", "other")
-MAX_GROUPS = 32  # per attribution axis: the groups with the most time above ideal (all, when fewer)
+MAX_GROUPS = 32  # per attribution axis at most: the groups with the most time above ideal
+MIN_GROUPS = 4  # ... and at least (all, when fewer), even where none could matter
+MIN_BOUND_SHARE = 0.02  # replayed: groups whose time above ideal in a step reaches 2% of the measured step
+MAX_REPLICAS = 8  # DP replicas replayed at most (a replica's bound sums its ranks': loose)
 VISIBLE_SHARE = 0.02  # a root's put-back adds at least this share of the replayed step
 EFFECT = 2.0  # ... and at least this many times a typical rank's put-back (upper quartile of the others')
 PEER_EFFECT = 3.0  # ... and this many times its replicas' (same role: DP peers) median
@@ -264,12 +267,24 @@ def _chained_steps(g: Graph) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
     return measure
 
 
-def _top(keys: np.ndarray, excess: np.ndarray, k: int) -> list[int]:
-    """The k keys with the most excess (all when at most k), ascending key order kept for ties."""
-    u, inv = np.unique(keys, return_inverse=True)
-    tot = np.bincount(inv, weights=excess, minlength=u.size)
-    order = np.lexsort((u, -tot))
-    return [int(x) for x in u[order[:k]]]
+def _excess_per_step(keys: np.ndarray, step: np.ndarray, excess: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per key: its time above ideal per step, the mean and the largest over steps (ns). Putting a group back
+    into the ideal run cannot lengthen a step by more than the group's time above ideal in it (the replay is a
+    max-plus system), so the largest bounds what its put-back can add."""
+    u, ki = np.unique(keys, return_inverse=True)
+    su, si = np.unique(step, return_inverse=True)
+    per = np.bincount(ki * su.size + si, weights=excess, minlength=u.size * su.size).reshape(u.size, su.size)
+    return u, per.mean(axis=1), per.max(axis=1)
+
+
+def _worth(keys: np.ndarray, step: np.ndarray, excess: np.ndarray, floor: float) -> tuple[list[int], dict[int, float]]:
+    """The groups worth replaying: those whose put-back could add ``floor`` (their time above ideal in a step
+    reaches it), at least the ``MIN_GROUPS`` with the most, at most ``MAX_GROUPS``; and every group's mean
+    time above ideal per step (an upper bound of what its put-back adds, for the groups not replayed)."""
+    u, mean, peak = _excess_per_step(keys, step, excess)
+    order = np.lexsort((u, -mean))
+    k = max(MIN_GROUPS, int((peak >= floor).sum()))
+    return [int(x) for x in u[order[:min(k, MAX_GROUPS)]]], dict(zip(u.tolist(), mean.tolist()))
 
 
 def _op_type(nodes: pl.DataFrame) -> pl.Series:
@@ -308,7 +323,11 @@ def analyze(g: Graph, steps: pl.DataFrame, rl: Roles, dims: dict[str, str] | Non
         ("", "replay_no_host", lambda m, i: m.dgap.__setitem__(i, -idl.gap)),
         ("", "ideal_no_host", lambda m, i: idl.fill(m, i, host=False)),
     ]
-    by_rank = _top(rank, excess, MAX_GROUPS)
+    node_step = g.nodes["step"].fill_null(-1).to_numpy()
+    # only groups whose put-back can matter are replayed (each is a replay of the whole job)
+    floor = MIN_BOUND_SHARE * float(_step_times(seg.table["step"].to_numpy(),
+                                                seg.table["span_ns"].to_numpy().astype(np.float64)).mean())
+    by_rank, rank_bound = _worth(rank, node_step, excess, floor)
     rank_nodes = {r: np.flatnonzero(rank == r) for r in by_rank}
     for r in by_rank:
         rows.append(("by_rank", r, _put_back(idl, host, rank_nodes[r])))
@@ -318,7 +337,7 @@ def analyze(g: Graph, steps: pl.DataFrame, rl: Roles, dims: dict[str, str] | Non
             rows.append(("by_stage", s, _put_back(idl, host, np.flatnonzero(stage_of == s))))
     if rl.replicated and rl.replica:
         rep = np.array([rl.replica.get(int(r), -1) for r in rank])
-        for j in _top(rep[rep >= 0], excess[rep >= 0], MAX_GROUPS):
+        for j in _worth(rep[rep >= 0], node_step[rep >= 0], excess[rep >= 0], floor)[0][:MAX_REPLICAS]:
             rows.append(("by_dp_replica", j, _put_back(idl, host, np.flatnonzero(rep == j))))
     inst_pg = g.instances.sort("inst")["pg"]
     if dims:
@@ -370,7 +389,9 @@ def analyze(g: Graph, steps: pl.DataFrame, rl: Roles, dims: dict[str, str] | Non
 
     def stands_out(key: int) -> tuple[bool, float]:
         x = added_steps[("by_rank", key)]
-        others = {int(k): float(v.mean()) for (a, k), v in added_steps.items() if a == "by_rank" and k != key}
+        # ranks not replayed count with their time above ideal, all their put-back could add
+        others = {**{r: b for r, b in rank_bound.items() if r != key},
+                  **{int(k): float(v.mean()) for (a, k), v in added_steps.items() if a == "by_rank" and k != key}}
         # the upper quartile: lateness several ranks take turns at (ring positions) is the background, not a root
         typical = float(np.quantile(list(others.values()), TYPICAL_QUANTILE)) if others else 0.0
         # its replicas of the same role (where replayed): a balanced pipeline's last stage adds its noise on the
