@@ -17,6 +17,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
+from benchmarks import bench
 from benchmarks.bench import analyze_cmd, measure
 from benchmarks.ranks import event_mix, generate
 
@@ -34,7 +35,7 @@ def main() -> None:
     cache = Path(tempfile.mkdtemp(prefix="commscope-verdict-cost-"))
     env = {**os.environ, "COMMSCOPE_CACHE_DIR": str(cache)}
     trees = {"base": args.base.resolve(), "this": ROOT}
-    got: dict[str, tuple[list[float], list[float]]] = {k: ([], []) for k in trees}
+    got: dict[str, tuple[list[float], list[float], list[float]]] = {k: ([], [], []) for k in trees}
     try:
         for tree in trees.values():  # fills the cache for each tree's parser version
             measure(analyze_cmd(path), {**env, "PYTHONPATH": str(tree)}, cwd=tree)
@@ -43,14 +44,17 @@ def main() -> None:
                 w, p = measure(analyze_cmd(path), {**env, "PYTHONPATH": str(tree)}, cwd=tree)
                 got[name][0].append(w)
                 got[name][1].append(p)
+                got[name][2].append(bench.CPU_SECONDS[-1])
     finally:
         shutil.rmtree(cache, ignore_errors=True)
-    print("| code | cached analyze, 1,024 ranks | peak memory |\n|---|---:|---:|")
-    for name, (walls, peaks) in got.items():
+    print("| code | cached analyze, 1,024 ranks (wall) | CPU | peak memory | load |\n|---|---:|---:|---:|---:|")
+    for name, (walls, peaks, cpus) in got.items():
         print(f"| {name} ({trees[name]}) | {statistics.median(walls):.2f} s ({min(walls):.2f}-{max(walls):.2f}) "
-              f"| {max(peaks):,.0f} MB |")
-    base, this = (statistics.median(got[k][0]) for k in ("base", "this"))
-    print(f"this / base: {this / base:.3f} (median wall; {args.runs} runs each, interleaved)")
+              f"| {statistics.median(cpus):.2f} s ({min(cpus):.2f}-{max(cpus):.2f}) | {max(peaks):,.0f} MB "
+              f"| {os.getloadavg()[0]:.1f} |")
+    for i, what in ((0, "wall"), (2, "CPU")):
+        base, this = (statistics.median(got[k][i]) for k in ("base", "this"))
+        print(f"this / base: {this / base:.3f} (median {what}; {args.runs} runs each, interleaved)")
 
 
 if __name__ == "__main__":
