@@ -49,7 +49,7 @@ def _guard(fn: Callable[[], None]) -> None:
 
 
 def load_options(rank_map: tuple[str, ...], step_marker: str | None, jobs: int | None, ranks: str | None,
-                 no_cache: bool):
+                 no_cache: bool, layout: str | None = None):
     from .loader import LoadOptions
 
     if step_marker:
@@ -60,7 +60,7 @@ def load_options(rank_map: tuple[str, ...], step_marker: str | None, jobs: int |
         except re.error as exc:
             raise click.BadParameter(f"--step-marker {step_marker!r}: {exc}") from None
     return LoadOptions(rank_map=_rank_map(rank_map), step_marker=step_marker, jobs=jobs, ranks=_ranks(ranks),
-                       cache=not no_cache)
+                       cache=not no_cache, layout=layout)
 
 
 def start_workers(paths: tuple[Path, ...] | list[Path], jobs: int | None, cache: bool = True) -> None:
@@ -141,7 +141,7 @@ def analyze(paths: tuple[Path, ...], fmt: str, output: Path | None, show_steps: 
         from .whatif import parse_specs
 
         busbw = parse_specs(whatif_specs)
-        opts = load_options(rank_map, step_marker, jobs, ranks, no_cache)
+        opts = load_options(rank_map, step_marker, jobs, ranks, no_cache, layout)
         dims = dim_options(layout, layout_order, gpus_per_host)
         if scheduler:
             from dataclasses import replace
@@ -177,7 +177,7 @@ def dashboard(paths: tuple[Path, ...], host: str, port: int, debug: bool, rank_m
         from .analysis import analyze as run_analysis
         from .loader import load
 
-        opts = load_options(rank_map, step_marker, jobs, ranks, no_cache)
+        opts = load_options(rank_map, step_marker, jobs, ranks, no_cache, layout)
         result = run_analysis(load(list(paths), opts), dim_options(layout, layout_order, gpus_per_host))
         click.echo(f"commscope dashboard: {len(result.source['ranks'])} ranks on http://{host}:{port}/", err=True)
         serve(result, host=host, port=port, debug=debug)
@@ -245,7 +245,7 @@ def compare(base: Path, new: Path, fail_on: tuple[str, ...], thresholds_file: Pa
             if not path.exists():
                 raise UsageError(f"{label} {path}: does not exist (give a trace file or a folder of rank traces)")
         th = thresholds.build(fail_on, thresholds_file)  # bad thresholds fail before the slow loading
-        opts = load_options(rank_map, step_marker, jobs, ranks, no_cache)
+        opts = load_options(rank_map, step_marker, jobs, ranks, no_cache, layout)
         dims = dim_options(layout, layout_order, gpus_per_host)
         result = compare_runs(run_analysis(load([base], opts), dims), run_analysis(load([new], opts), dims), th)
         text = compare_formats.render(result, fmt)

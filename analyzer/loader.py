@@ -49,6 +49,7 @@ class LoadOptions:
     cache: bool = True
     progress: Callable[[str], None] | None = None
     scheduler: str | None = None  # Dask scheduler address: parse ranks on that cluster
+    layout: str | None = None  # --layout: op tables take their parallel sizes from it (ingest/optable_layout.py)
 
 
 CPU_KEPT = ("runtime", "annotation")  # cpu kinds anything after loading reads
@@ -126,7 +127,8 @@ def _read_chunk_in_worker(tfs: list[TraceFile], opts: list[ReadOptions], use_cac
 
     res: list[list[RankTrace] | Skipped | _Stored] = [read_one(tf, o, use_cache=False) for tf, o in zip(tfs, opts)]
     try:
-        folders = {i: entry_dir(tfs[i], opts[i]) for i, r in enumerate(res) if not isinstance(r, Skipped)}
+        folders = {i: entry_dir(tfs[i], opts[i]) for i, r in enumerate(res)
+                   if not isinstance(r, Skipped) and tfs[i].format not in UNCACHED}
         store_many([(f, res[i]) for i, f in folders.items()])  # type: ignore[misc]
     except OSError:
         return res  # a read-only or full cache directory must not fail the analysis
@@ -222,7 +224,7 @@ def _read_all(files: list[TraceFile], options: LoadOptions) -> list[list[RankTra
 
     jobs = options.jobs or os.cpu_count() or 1
     opts = [ReadOptions(rank_hint=tf.rank_hint, rank_map=dict(options.rank_map or {}),
-                        step_marker=options.step_marker) for tf in files]
+                        step_marker=options.step_marker, layout=options.layout) for tf in files]
     with rank_progress(len(files)) as bar:
         def done(name: str) -> None:
             bar(name)
@@ -232,7 +234,15 @@ def _read_all(files: list[TraceFile], options: LoadOptions) -> list[list[RankTra
         if options.scheduler:
             from .scaleout import read_on_cluster
 
-            return read_on_cluster(files, opts, options.scheduler, done)
+            # uncached formats are read here: the cluster hands ranks over through the cache
+            here = [i for i, tf in enumerate(files) if tf.format in UNCACHED]
+            there = [i for i in range(len(files)) if files[i].format not in UNCACHED]
+            got = dict(zip(there, read_on_cluster([files[i] for i in there], [opts[i] for i in there],
+                                                  options.scheduler, done))) if there else {}
+            for i in here:
+                got[i] = read_one(files[i], opts[i], use_cache=False)
+                done(files[i].path.name)
+            return [got[i] for i in sorted(got)]
         results: list[list[RankTrace] | Skipped | None] = [None] * len(files)
         todo = list(range(len(files)))
         if options.cache:

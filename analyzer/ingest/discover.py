@@ -26,6 +26,10 @@ class TraceFile:
     rank_hint: int | None
 
 
+def _candidate(name: str) -> bool:
+    return name.endswith(_TRACE_SUFFIXES) or name.lower().endswith(_OPTABLE_SUFFIXES)
+
+
 def rank_from_name(name: str) -> int | None:
     for pattern in _RANK_PATTERNS:
         m = pattern.search(name)
@@ -39,9 +43,9 @@ def sniff(path: Path) -> str | None:
     if path.suffix == ".nsys-rep":
         return "nsys"
     if path.name.lower().endswith(_OPTABLE_SUFFIXES):
-        from .optable_frame import sniff as sniff_table
+        from .optable_frame import is_op_table
 
-        return "optable" if sniff_table(path) else None
+        return "optable" if is_op_table(path) else None
     # 4 KiB first: a Kineto file names its keys at the top (16k small ranks: 64 MB read, not 1 GB)
     for size in (1 << 12, 1 << 16):
         start = head(path, size)
@@ -73,7 +77,7 @@ def discover(paths: list[Path]) -> list[TraceFile]:
         refuse_special(p)  # a FIFO named x.json would block the first read forever
         if p.is_dir():
             # is_file(): FIFOs, sockets and devices in a folder are not trace files and are never opened
-            for child in sorted(c for c in p.rglob("*") if c.is_file() and c.name.lower().endswith(_TRACE_SUFFIXES + _OPTABLE_SUFFIXES)):
+            for child in sorted(c for c in p.rglob("*") if c.is_file() and _candidate(c.name)):
                 fmt = sniff(child)
                 if fmt:
                     found.append(TraceFile(child, fmt, rank_from_name(child.name)))

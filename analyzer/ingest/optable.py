@@ -12,6 +12,7 @@ table over whole: ``RankTrace.collectives``).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import polars as pl
@@ -30,8 +31,9 @@ from ..model import (
     empty,
 )
 from . import optable_layout as lay_mod
+from . import optable_p2p
 from .optable_frame import Table, read_table
-from .optable_ops import STREAM_COMPUTE, op_rules
+from .optable_ops import STREAM_COMPUTE, UNKNOWN_KIND, op_rules
 from .options import ReadOptions
 
 FORMAT = "optable"
@@ -40,11 +42,11 @@ FORMAT = "optable"
 def read(path: Path, opts: ReadOptions) -> list[RankTrace]:
     table = read_table(path)
     lay = _layout(path, table, opts)
-    df, warnings = _coords(path, table, lay)
-    df = _relaid(df)
+    df = _coords(path, table, lay)
+    df, warnings = optable_p2p.mark_noops(_relaid(_local_ops(df, lay)), lay)
+    warnings = table.warnings + warnings
     ranks = df.select("rank", "dp_rank", "stage").unique().sort("rank").rows()
-    groups = {r: lay_mod.groups_of(lay, r, d, s) for r, d, s in ranks}
-    warnings += table.warnings
+    groups = lay_mod.all_groups(lay, ranks)
     gpu = _gpu(df)
     coll, coll_warnings = _collectives(df, groups, lay)
     warnings += coll_warnings
@@ -55,23 +57,34 @@ def read(path: Path, opts: ReadOptions) -> list[RankTrace]:
     steps_by = {k[0]: v for k, v in steps.partition_by("rank", as_dict=True).items()}
     note = (f"{path.name}: op table of {len(ranks)} recorded ranks of {lay.world} ({lay.text()}, "
             f"sizes from {lay.source})")
+    no_cpu, no_calls, no_steps, no_coll = (empty(CPU_SCHEMA), empty(COMM_CALL_SCHEMA), empty(STEP_SCHEMA),
+                                           empty(COLLECTIVE_SCHEMA))  # shared by every rank (never mutated)
     for i, (r, _, _) in enumerate(ranks):
-        pgs = tuple(sorted({g.name: g for g in groups[r].values()}.values(), key=lambda g: g.name))
+        # a group of one rank carries no communication (its ops became local work: _local_ops)
+        pgs = tuple(sorted({g.name: g for g in groups[r].values() if len(g.ranks) > 1}.values(), key=lambda g: g.name))
         meta = RankMeta(rank=r, source=str(path), format=FORMAT, world_size=lay.world, rank_source="column",
                         process_groups=pgs, warnings=tuple([note, *warnings]) if i == 0 else ())
-        traces.append(RankTrace(meta=meta, gpu=by_rank[r], cpu=empty(CPU_SCHEMA), comm_calls=empty(COMM_CALL_SCHEMA),
-                                steps=steps_by.get(r, empty(STEP_SCHEMA)), steps_on_gpu=True,
-                                collectives=coll_by.get(r, empty(COLLECTIVE_SCHEMA))))
+        traces.append(RankTrace(meta=meta, gpu=by_rank[r], cpu=no_cpu, comm_calls=no_calls,
+                                steps=steps_by.get(r, no_steps), steps_on_gpu=True, collectives=coll_by.get(r, no_coll)))
     return traces
 
 
 def _layout(path: Path, table: Table, opts: ReadOptions) -> lay_mod.Layout:
-    """Sizes: a given layout, else the meta file beside the table, else inferred from its ranks."""
+    """Sizes: a given layout, else the meta file beside the table, else inferred from its ranks; virtual stages
+    also from the table's model chunks (``mc``), which ``--layout`` cannot name (its axes are the rank order's)."""
+    lay = _sizes(path, table, opts)
+    chunks = table.df["mc"].max() if "mc" in table.df.columns else None
+    if chunks is not None and int(chunks) + 1 > lay.vpp:
+        return replace(lay, vpp=int(chunks) + 1, source=f"{lay.source}; vpp from the mc column")
+    return lay
+
+
+def _sizes(path: Path, table: Table, opts: ReadOptions) -> lay_mod.Layout:
     if opts.layout:
         return lay_mod.parse_layout_text(opts.layout)
     meta = lay_mod.meta_path(path)
     if meta is not None:
-        return lay_mod.read_meta(meta)
+        return lay_mod.read_meta(meta, path)
     df = table.df
     if "dp_rank" in df.columns and "stage" in df.columns:
         got = lay_mod.infer(df.select("rank", "dp_rank", "stage").unique().rows())
@@ -83,7 +96,7 @@ def _layout(path: Path, table: Table, opts: ReadOptions) -> lay_mod.Layout:
     return lay_mod.Layout(dp=int(df["rank"].max()) + 1, source="no dp_rank/stage columns: pure data parallel")
 
 
-def _coords(path: Path, table: Table, lay: lay_mod.Layout) -> tuple[pl.DataFrame, list[str]]:
+def _coords(path: Path, table: Table, lay: lay_mod.Layout) -> pl.DataFrame:
     """dp_rank and stage of every row (from the layout where the table has none), checked against the layout."""
     df = table.df
     base = pl.col("rank") // lay.mp
@@ -104,15 +117,26 @@ def _coords(path: Path, table: Table, lay: lay_mod.Layout) -> tuple[pl.DataFrame
     twice = ranks.group_by("rank").len().filter(pl.col("len") > 1)
     if twice.height:
         raise TraceError(path, f"rank {twice['rank'][0]} has more than one (dp_rank, stage)", "fix the table")
-    return df, []
+    return df
+
+
+def _local_ops(df: pl.DataFrame, lay: lay_mod.Layout) -> pl.DataFrame:
+    """A collective on a group of one rank (the layernorm all-reduce without tensor parallelism, the embedding
+    all-reduce without a pipeline) moves nothing and waits for nobody: other work, not communication."""
+    sizes = {"dp": lay.dp, "pp": lay.pp, "emb": min(lay.pp, 2), "mp": lay.mp, "world": lay.world}
+    alone = [t for t, g in op_rules().select("optype", "group").rows() if g and sizes[g] == 1]
+    if not alone:
+        return df
+    return df.with_columns(pl.when(pl.col("optype").is_in(alone)).then(pl.lit(UNKNOWN_KIND))
+                           .otherwise(pl.col("kind")).alias("kind"))
 
 
 def _relaid(df: pl.DataFrame) -> pl.DataFrame:
     """Steps back to back on one clock when the table times each step from its own start (What-if: every
-    step starts at 0 on every rank); a table on one running clock keeps its times."""
+    step starts at 0 on every rank; then every step's window holds one common instant); a table on one running
+    clock keeps its times, even where a step's last ops spill into the next one."""
     spans = df.group_by("step").agg(pl.col("start_ns").min().alias("_s0"), pl.col("end_ns").max().alias("_s1")).sort("step")
-    overlap = spans.height > 1 and bool((spans["_s0"].slice(1) < spans["_s1"].slice(0, spans.height - 1)).any())
-    if not overlap:
+    if spans.height < 2 or spans["_s0"].max() >= spans["_s1"].min():
         return df
     spans = spans.with_columns((pl.col("_s1") - pl.col("_s0")).cum_sum().shift(1, fill_value=0).alias("_off"))
     df = df.join(spans.select("step", "_s0", "_off"), on="step", how="left")
@@ -146,33 +170,26 @@ def _collectives(df: pl.DataFrame, groups: dict[int, dict[str, lay_mod.ProcessGr
                                                     on="optype", how="left")
     if comm.height == 0:
         return empty(COLLECTIVE_SCHEMA), []
-    rows = []
-    for r, gs in groups.items():
-        for kind, g in gs.items():
-            rows.append((r, kind, g.name, g.desc, ",".join(map(str, g.ranks)), len(g.ranks)))
-    gtab = pl.DataFrame(rows, schema={"rank": pl.Int32, "group": pl.Utf8, "pg": pl.Utf8, "pg_desc": pl.Utf8,
-                                      "group_ranks": pl.Utf8, "group_size": pl.Int32}, orient="row")
-    comm = comm.join(gtab, on=["rank", "group"], how="left")
+    # each distinct group spelled once; (rank, kind) rows name it and the join gathers views of its text
+    distinct = {g.name: g for gs in groups.values() for g in gs.values()}
+    spelled = pl.DataFrame([(g.name, g.desc, ",".join(map(str, g.ranks)), len(g.ranks)) for g in distinct.values()],
+                           schema={"pg": pl.Utf8, "pg_desc": pl.Utf8, "group_ranks": pl.Utf8, "group_size": pl.Int32},
+                           orient="row")
+    member = pl.DataFrame([(r, kind, g.name) for r, gs in groups.items() for kind, g in gs.items()],
+                          schema={"rank": pl.Int32, "group": pl.Utf8, "pg": pl.Utf8}, orient="row")
+    comm = comm.join(member.join(spelled, on="pg"), on=["rank", "group"], how="left")
     warnings: list[str] = []
-    # the peer of a send/recv: the adjacent stage of the same dp rank and tp/cp index; with virtual stages the
-    # pipeline wraps around (the last stage sends its chunk's output to the first)
-    peer_stage = pl.col("stage") + pl.col("peer_delta")
-    if lay.vpp > 1:
-        peer_stage = peer_stage % lay.pp
-    mp_index = pl.col("rank") - lay.mp * (pl.col("dp_rank") + lay.dp * pl.col("stage"))
-    peer = mp_index + lay.mp * (pl.col("dp_rank") + lay.dp * peer_stage)
-    valid = (peer_stage >= 0) & (peer_stage < lay.pp)
-    comm = comm.with_columns(
-        pl.when(pl.col("peer_delta").is_not_null() & valid).then(peer).otherwise(None).cast(pl.Int32).alias("peer"))
-    no_peer = comm.filter(pl.col("peer_delta").is_not_null() & pl.col("peer").is_null())
-    if no_peer.height:
-        warnings.append(f"{no_peer.height} send/recv ops have no peer stage (a first stage's forward-recv or a last "
-                        "stage's forward-send: a profiler no-op); kept as unmatched communication")
+    stray = comm.filter(pl.col("pg").is_null())
+    if stray.height:
+        kinds = ", ".join(sorted(stray["optype"].unique().to_list()))
+        warnings.append(f"{stray.height} communication ops ran on ranks outside their group ({kinds} on a middle "
+                        "stage): kept, unmatched")
+    comm = optable_p2p.peers(comm, lay)
     comm = comm.sort("rank", "start_ns", "stream").with_columns(
         pl.int_range(pl.len(), dtype=pl.Int64).over("rank", "pg").alias("seq"),
         pl.lit(True).alias("has_meta"), pl.col("optype").alias("name"),
     )
-    warnings += _order_warnings(comm)
+    warnings += _order_warnings(comm) + optable_p2p.pair_warnings(comm)
     return conform(comm, COLLECTIVE_SCHEMA), warnings
 
 

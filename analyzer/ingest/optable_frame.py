@@ -47,13 +47,31 @@ def sniff(path: Path) -> str | None:
     return "csv" if {"rank", "step", "optype"} <= cols else None
 
 
+def is_op_table(path: Path) -> bool:
+    """A file of a known container whose columns include rank, step and optype (reads only the schema)."""
+    kind = sniff(path)
+    try:
+        if kind == "parquet":
+            cols = pl.read_parquet_schema(path)
+        elif kind in ("arrow", "arrow-stream"):
+            import pyarrow.ipc as ipc
+
+            with open(path, "rb") as fh:
+                cols = (ipc.open_file(fh) if kind == "arrow" else ipc.open_stream(fh)).schema.names
+        else:
+            return kind == "csv"
+    except Exception:  # noqa: BLE001 - a damaged file in a folder is not an op table; named explicitly, the reader says why
+        return False
+    return {"rank", "step", "optype"} <= {c.strip().lower() for c in cols}
+
+
 def _load(path: Path) -> pl.DataFrame:
     kind = sniff(path)
     try:
         if kind == "parquet":
             return pl.read_parquet(path)
         if kind == "arrow":
-            return pl.read_ipc(path, memory_map=False)
+            return pl.read_ipc(path)
         if kind == "arrow-stream":
             return pl.read_ipc_stream(path)
         if kind == "csv":

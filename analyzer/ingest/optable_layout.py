@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import TraceError
+from ..errors import TraceError, UsageError
 from ..model import ProcessGroup
 
 # group kind -> (pg name prefix, description read by metrics.dimensions' description rules)
@@ -32,7 +32,7 @@ class Layout:
     tp: int = 1
     cp: int = 1  # What-if ``dsp_size``
     vpp: int = 1
-    source: str = "inferred"  # "meta <file>", "inferred"
+    source: str = "given"  # where the sizes came from, for the report: "meta <file>", "--layout", the rank numbers
 
     @property
     def mp(self) -> int:
@@ -70,41 +70,47 @@ def meta_path(trace: Path) -> Path | None:
     return next((trace.parent / n for n in names if (trace.parent / n).is_file()), None)
 
 
-def read_meta(path: Path) -> Layout:
+def read_meta(path: Path, trace: Path) -> Layout:
     """Sizes from a What-if ``JobMeta`` YAML (``dp_size``, ``pp_size``, ``tp_size``, ``dsp_size``, ``vpp_size``,
-    ``world_size``)."""
+    ``world_size``). Errors name the trace (whose ranks are then skipped) and the meta file."""
     import yaml  # only op tables need it
+
+    def bad(problem: str, hint: str = "fix the meta file") -> TraceError:
+        return TraceError(trace, f"its meta file {path} {problem}", hint)
 
     try:
         doc = yaml.safe_load(path.read_text())
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise TraceError(path, f"cannot be read as YAML ({exc})", "fix the meta file or remove it") from None
+        raise bad(f"cannot be read as YAML ({str(exc).splitlines()[0]})", "fix the meta file or remove it") from None
     if not isinstance(doc, dict):
-        raise TraceError(path, "is not a mapping of sizes", "expected keys like dp_size: 4, pp_size: 4")
+        raise bad("is not a mapping of sizes", "expected keys like dp_size: 4, pp_size: 4")
     sizes: dict[str, int] = {}
     for key, axis in _META_KEYS.items():
         if key in doc:
             val = doc[key]
             if isinstance(val, bool) or not isinstance(val, int) or val < 1:
-                raise TraceError(path, f"{key} is {val!r}, not a positive integer", "fix the meta file")
+                raise bad(f"gives {key} {val!r}, not a positive integer")
             sizes[axis] = val
     lay = Layout(**sizes, source=f"meta {path.name}")
     world = doc.get("world_size")
     if world is not None and world != lay.world:
-        raise TraceError(path, f"world_size {world} is not tp*dsp*dp*pp = {lay.world}", "fix the meta file")
+        raise bad(f"gives world_size {world}, not tp*dsp*dp*pp = {lay.world}")
     return lay
 
 
 def parse_layout_text(text: str) -> Layout:
-    """``tp=4,cp=1,dp=4,pp=4[,vpp=1]`` (``dsp`` accepted for cp)."""
+    """``--layout tp=4,cp=1,dp=4,pp=4[,vpp=1]`` (``dsp`` accepted for cp; ep only as 1: op tables know no experts)."""
     sizes: dict[str, int] = {}
     for part in text.split(","):
         key, sep, val = part.partition("=")
         key = {"dsp": "cp"}.get(key.strip().lower(), key.strip().lower())
-        if not sep or key not in ("tp", "cp", "dp", "pp", "vpp") or not val.strip().isdigit() or int(val) < 1:
-            raise TraceError(text, "is not a layout", "expected AXIS=N pairs such as tp=4,dp=4,pp=4")
-        sizes[key] = int(val)
-    return Layout(**sizes, source="given")
+        ok = sep and val.strip().isdigit() and int(val) >= 1 and key in ("tp", "cp", "dp", "pp", "vpp", "ep")
+        if not ok or key == "ep" and int(val) != 1:
+            raise UsageError(f"--layout {text!r} is not an op table's layout (give AXIS=N pairs among tp, cp, dp, "
+                             "pp, vpp, e.g. tp=4,dp=4,pp=4)")
+        if key != "ep":
+            sizes[key] = int(val)
+    return Layout(**sizes, source="--layout")
 
 
 def infer(ranks: list[tuple[int, int, int]]) -> Layout | None:
@@ -116,23 +122,36 @@ def infer(ranks: list[tuple[int, int, int]]) -> Layout | None:
     mp = mps.pop() if len(mps) == 1 else 1 if not mps else None
     if mp is None or mp < 1 or any(r != mp * (d + dp * s) for r, d, s in ranks):
         return None
-    return Layout(dp=dp, pp=pp, tp=mp)
+    return Layout(dp=dp, pp=pp, tp=mp, source="the rank numbers (no meta file; tp x cp taken as tp)")
 
 
-def groups_of(lay: Layout, rank: int, dp_rank: int, stage: int) -> dict[str, ProcessGroup]:
-    """The groups a recorded rank's operations run on, keyed by kind (dp, pp, emb, mp, world)."""
-    mp_index = rank - lay.rank_of(0, dp_rank, stage)
-
-    def group(kind: str, members: list[int], desc: str | None = None) -> ProcessGroup:
-        members = sorted(set(members))
-        prefix, default = GROUP_KINDS.get(kind, (kind, kind))
-        return ProcessGroup(name=prefix if kind == "world" else f"{prefix}:{members[0]}", desc=desc or default,
-                            ranks=tuple(members))
-
-    return {
-        "dp": group("dp", [lay.rank_of(mp_index, d, stage) for d in range(lay.dp)]),
-        "pp": group("pp", [lay.rank_of(mp_index, dp_rank, s) for s in range(lay.pp)]),
-        "emb": group("emb", [lay.rank_of(mp_index, dp_rank, 0), lay.rank_of(mp_index, dp_rank, lay.pp - 1)]),
-        "mp": group("mp", [lay.rank_of(m, dp_rank, stage) for m in range(lay.mp)], lay.mp_desc()),
-        "world": group("world", list(range(lay.world))),
+def all_groups(lay: Layout, ranks: list[tuple[int, int, int]]) -> dict[int, dict[str, ProcessGroup]]:
+    """Per recorded (rank, dp_rank, stage): the groups its operations run on, keyed by kind (dp, pp, emb, mp,
+    world). Each distinct group is built once and shared by its members (1,024 ranks of an 8,192-rank world:
+    one world tuple, not 1,024)."""
+    members = {  # kind -> the group's members from its key
+        "dp": lambda m, stage: [lay.rank_of(m, d, stage) for d in range(lay.dp)],
+        "pp": lambda m, dp_rank: [lay.rank_of(m, dp_rank, s) for s in range(lay.pp)],
+        "emb": lambda m, dp_rank: [lay.rank_of(m, dp_rank, 0), lay.rank_of(m, dp_rank, lay.pp - 1)],
+        "mp": lambda dp_rank, stage: [lay.rank_of(x, dp_rank, stage) for x in range(lay.mp)],
+        "world": lambda: range(lay.world),
     }
+    built: dict[tuple, ProcessGroup] = {}
+
+    def group(kind: str, *key: int) -> ProcessGroup:
+        g = built.get((kind, *key))
+        if g is None:
+            ranks_ = tuple(sorted(set(members[kind](*key))))
+            prefix, desc = GROUP_KINDS[kind] if kind != "mp" else ("mp", lay.mp_desc())
+            g = built[(kind, *key)] = ProcessGroup(name=prefix if kind == "world" else f"{prefix}:{ranks_[0]}",
+                                                   desc=desc, ranks=ranks_)
+        return g
+
+    out: dict[int, dict[str, ProcessGroup]] = {}
+    for rank, dp_rank, stage in ranks:
+        m = rank - lay.rank_of(0, dp_rank, stage)
+        out[rank] = {"dp": group("dp", m, stage), "pp": group("pp", m, dp_rank), "mp": group("mp", dp_rank, stage),
+                     "world": group("world")}
+        if stage in (0, lay.pp - 1):  # the embedding group holds the first and last stage only
+            out[rank]["emb"] = group("emb", m, dp_rank)
+    return out
