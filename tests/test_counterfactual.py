@@ -158,8 +158,9 @@ SHIPPED = SAMPLES / "whatif"
 
 
 def _study_file(name: str, tmp: Path) -> Path | None:
-    if (SHIPPED / name).exists():
-        return SHIPPED / name
+    shipped = SHIPPED / name.split("-")[1].split(".")[0] / name  # sample_traces/whatif/AR/trace-AR.parquet
+    if shipped.exists():
+        return shipped
     if not STUDY.exists():
         return None
     out = tmp / name
