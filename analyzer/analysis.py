@@ -116,12 +116,13 @@ def analyze(ts: TraceSet, dims: dimensions.Options | None = None, busbw: dict[st
             dep, ts.steps, counterfactual.roles(groups, ranks, stage_of), dimensions.pg_dimensions(groups), prepared,
             study=True))
     if cfx is not None:
+        decide = counterfactual.deciding(cfx)
         found = [stragglers.from_counterfactual(r.rank, r.kind, r.confidence, order, roots_of, cause_of(r.rank),
-                                                r.saving_ns, r.saving_pct, r.added_ns) for r in cfx.roots]
-        if pipe is not None and cfx.bottleneck_stage is not None:
+                                                r.saving_ns, r.saving_pct, r.added_ns) for r in decide.roots]
+        if pipe is not None and decide.bottleneck_stage is not None:
             # a root's stage; without a root the pipeline's own rule stands (a stage slower in every replica
             # is structure the role ideal keeps: the stage with the most compute sets the pace)
-            pipe = {**pipe, "bottleneck_stage": cfx.bottleneck_stage}
+            pipe = {**pipe, "bottleneck_stage": decide.bottleneck_stage}
     else:
         found = stragglers.roots(order, roots_of, comm_ns, cause_of, replicas)
     del covs, cause_of  # not read below

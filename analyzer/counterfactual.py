@@ -468,13 +468,21 @@ def _remove(idl: Ideal, host: bool, nodes: np.ndarray) -> Callable[[replay.Mods,
     return lambda m, i: idl.fill(m, i, nodes, host=host)
 
 
+def deciding(c: Counterfactual) -> Counterfactual:
+    """The model the verdict comes from: commscope's, unless its ideal replays slower than the measured run
+    (not monotone here) and the study's model was run (op tables), whose steps replay each on their own."""
+    unsound = c.slowdown is None or c.slowdown < 1.0 - 1e-9
+    return c.study if unsound and c.study is not None else c
+
+
 def warnings(c: Counterfactual | None) -> list[str]:
     """What the report must say about the counterfactual's own soundness."""
     if c is None or c.slowdown is None or c.slowdown >= 1.0 - 1e-9:
         return []
     return [f"the ideal run replays slower than the measured one (S = {c.slowdown:.3f}): the replay is not monotone "
-            "here (partial or unmatched communication, inconsistent gaps), so the counterfactual verdict is unreliable "
-            f"and no root is named (with host gaps removed: S = {c.slowdown_no_host or 0:.3f})"]
+            "here (partial or unmatched communication, inconsistent gaps), so its roots are not named"
+            + ("; the verdict is the published study's model's (stragglers.study)" if c.study is not None else "")
+            + f" (with host gaps removed: S = {c.slowdown_no_host or 0:.3f})"]
 
 
 def _confidence(lift: np.ndarray) -> float:

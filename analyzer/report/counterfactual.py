@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from ..analysis import Analysis
-from ..counterfactual import AXES, Counterfactual
+from ..counterfactual import AXES, Counterfactual, deciding
 
 NS_PER_MS = 1e6
 
@@ -47,7 +47,9 @@ def _block(c: Counterfactual) -> dict:
 
 
 def _ms(x: float) -> str:
-    """Milliseconds for people: three significant figures, at most one decimal above 10 ms."""
+    """Milliseconds for people: three significant figures, at most one decimal above 10 ms; seconds above 10 s."""
+    if x >= 10_000:
+        return f"{x / 1000:,.1f} s"
     return f"{x:,.0f} ms" if x >= 100 else f"{x:.1f} ms" if x >= 10 else f"{x:.2g} ms" if x >= 0.01 else "0 ms"
 
 
@@ -57,6 +59,7 @@ def lead(a: Analysis) -> str | None:
     c, v = a.counterfactual, a.verdict
     if c is None:
         return None
+    c = deciding(c)
     if v is not None and v.saving_ns is not None:
         pct = max(v.saving_pct or 0.0, 0.0)
         return (f"Fixing rank {v.rank} would cut the step by {_ms(max(v.saving_ns, 0.0) / NS_PER_MS)} "
