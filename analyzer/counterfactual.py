@@ -325,7 +325,8 @@ def analyze(g: Graph, steps: pl.DataFrame, rl: Roles, dims: dict[str, str] | Non
     ]
     node_step = g.nodes["step"].fill_null(-1).to_numpy()
     # only groups whose put-back can matter are replayed (each is a replay of the whole job)
-    floor = MIN_BOUND_SHARE * float(_step_times(seg.table["step"].to_numpy(),
+    # (the study's model, run to compare with its published attribution, replays every group up to MAX_GROUPS)
+    floor = 0.0 if study else MIN_BOUND_SHARE * float(_step_times(seg.table["step"].to_numpy(),
                                                 seg.table["span_ns"].to_numpy().astype(np.float64)).mean())
     by_rank, rank_bound = _worth(rank, node_step, excess, floor)
     rank_nodes = {r: np.flatnonzero(rank == r) for r in by_rank}
@@ -337,7 +338,8 @@ def analyze(g: Graph, steps: pl.DataFrame, rl: Roles, dims: dict[str, str] | Non
             rows.append(("by_stage", s, _put_back(idl, host, np.flatnonzero(stage_of == s))))
     if rl.replicated and rl.replica:
         rep = np.array([rl.replica.get(int(r), -1) for r in rank])
-        for j in _worth(rep[rep >= 0], node_step[rep >= 0], excess[rep >= 0], floor)[0][:MAX_REPLICAS]:
+        for j in _worth(rep[rep >= 0], node_step[rep >= 0], excess[rep >= 0], floor)[0][:MAX_GROUPS if study
+                                                                                       else MAX_REPLICAS]:
             rows.append(("by_dp_replica", j, _put_back(idl, host, np.flatnonzero(rep == j))))
     inst_pg = g.instances.sort("inst")["pg"]
     if dims:

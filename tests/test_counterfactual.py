@@ -226,3 +226,16 @@ def test_study_m_w_and_m_s_not_yet_within_0_05(study: dict, trace: str, metric: 
     mine, _, ms, mw = study[trace]
     want = mw["Mw"] if metric == "m_w" else ms["Ms"]
     assert mine[metric] == pytest.approx(want, abs=0.05)
+
+
+def test_study_verdicts_ar_names_its_slow_worker_se_and_st_none() -> None:
+    # AR: commscope's own ideal replays slower than the measured run (16 of 64 ranks recorded), so the verdict
+    # is the study model's: rank 0, the worker of DP rank 0 and stage 0 that the study found; SE (sequence
+    # length imbalance) and ST (a long last stage) have no single slow worker
+    if not (SHIPPED / "AR" / "trace-AR.parquet").exists():
+        pytest.skip("the study's traces are not shipped")
+    ar = report(SHIPPED / "AR")
+    assert (ar["stragglers"]["verdict"]["rank"], ar["stragglers"]["verdict"]["kind"]) == (0, "compute")
+    assert any("the verdict is the published study's model's" in w for w in ar["warnings"])
+    for t in ("SE", "ST"):
+        assert report(SHIPPED / t)["stragglers"]["verdict"] is None
