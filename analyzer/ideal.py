@@ -146,17 +146,23 @@ def ideal_study(g: Graph) -> Ideal:
 
 
 def steps_apart(g: Graph) -> Graph:
-    """The graph with every step on its own, as the study simulates them: a rank's first operation of a step
-    depends on nothing before it, and its gap is measured from the step's start (the earliest start of the
-    step on any rank), so removing host gaps starts every rank at the step's measured start."""
+    """The graph with every step on its own, as the study simulates them: no operation depends on one of an
+    earlier step (binding or stream predecessor), and an operation whose binding predecessor was in an earlier
+    step has its gap measured from its step's start (the earliest start of the step on any rank), so removing
+    host gaps starts every rank at the step's measured start, and a faster step does not move the next one."""
+    step = g.nodes["step"]
+    pred_step = {c: step.gather(g.nodes[c].fill_null(0)).zip_with(g.nodes[c].is_not_null(), pl.Series([None]))
+                 for c in ("bind_pred", "stream_pred")}
     n = g.nodes.with_columns(pl.col("a_start_ns").min().over("step").alias("_s0"),
-                             (pl.col("ordinal") == pl.col("ordinal").min().over("rank", "step")).alias("_first"))
-    cut = pl.col("_first") & pl.col("step").is_not_null()
+                             *[(pl.Series(v) != pl.col("step")).fill_null(False).alias(f"_x_{c}")
+                               for c, v in pred_step.items()])
+    inside = pl.col("step").is_not_null()
+    cut_b = inside & (pl.col("_x_bind_pred") | pl.col("bind_pred").is_null())
     n = n.with_columns(
-        pl.when(cut).then(None).otherwise(pl.col("bind_pred")).alias("bind_pred"),
-        pl.when(cut).then(None).otherwise(pl.col("stream_pred")).alias("stream_pred"),
-        pl.when(cut).then(pl.col("a_start_ns") - pl.col("_s0")).otherwise(pl.col("gap_ns")).alias("gap_ns"),
-    ).drop("_s0", "_first")
+        pl.when(inside & pl.col("_x_bind_pred")).then(None).otherwise(pl.col("bind_pred")).alias("bind_pred"),
+        pl.when(inside & pl.col("_x_stream_pred")).then(None).otherwise(pl.col("stream_pred")).alias("stream_pred"),
+        pl.when(cut_b).then(pl.col("a_start_ns") - pl.col("_s0")).otherwise(pl.col("gap_ns")).alias("gap_ns"),
+    ).drop("_s0", "_x_bind_pred", "_x_stream_pred")
     return Graph(nodes=n, instances=g.instances, edges=g.edges)
 
 
