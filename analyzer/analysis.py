@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from functools import partial
 
 import polars as pl
 
-from . import align, graph, match, step_sync, whatif
+from . import align, counterfactual, graph, match, step_sync, whatif
 from .collectives import bus_factor_expr
 from .metrics import blame, critical_path, dimensions, experts, overlap, pipeline, stragglers, waits
 from .metrics import inspector as inspector_metrics
@@ -40,6 +41,7 @@ class Analysis:
     whatif: whatif.WhatIf | None = None  # replay and what-if scenarios
     kernels: pl.DataFrame | None = None  # waits.per_row: every comm kernel, its instance, wait_ns, transfer_ns (export)
     inspector: inspector_metrics.InspectorSummary | None = None  # NCCL Inspector input: bandwidth, slow links, waits
+    counterfactual: counterfactual.Counterfactual | None = None  # S, attribution, M_W, M_S (decides the verdict)
 
 
 def _ms(cols: list[str]) -> list[pl.Expr]:
@@ -96,8 +98,7 @@ def analyze(ts: TraceSet, dims: dimensions.Options | None = None, busbw: dict[st
     groups = dimensions.groups(dimensions.meta_groups(ts.ranks), rows, ts.world_size or len(ranks),
                                dimensions.hosts(ts.ranks), dims)
     replicas = dimensions.replicas(groups, ts.world_size or len(ranks))
-    found = stragglers.roots(order, roots_of, comm_ns, partial(waits.lateness_cause, matched, covs), replicas)
-    del covs  # not read below: its arrays free room for the dependency graph
+    cause_of = partial(waits.lateness_cause, matched, covs)
     drows = dimensions.row_dimensions(rows, groups, dims.layout)
     dim_df = dimensions.per_rank(drows, ts.gpu, ranks, roots_of.flows)
     itable = itable.join(drows.group_by("instance").agg(pl.col("dimension").first(), pl.col("intra_node").first()),
@@ -114,10 +115,33 @@ def analyze(ts: TraceSet, dims: dimensions.Options | None = None, busbw: dict[st
 
     dep = graph.build(ts.gpu, rows, ts.steps, fit.offsets_ns)
     cpath = critical_path.critical_path(dep, ts.steps, fit.offsets_ns)
+    # the verdict is the counterfactual's (analyzer/counterfactual.py); the heuristic roots only where
+    # nothing can be replayed
+    prepared = whatif.prepare(dep, ts.steps)
+    stage_of = pipe["rank_steps"].select("rank", "stage").unique() if pipe is not None else None
+    cfx = counterfactual.analyze(dep, ts.steps, counterfactual.roles(groups, ranks, stage_of),
+                                 dimensions.pg_dimensions(groups), prepared) if prepared is not None else None
+    if cfx is not None and ts.format == "optable":  # the published study's model too, to compare with its numbers
+        cfx = dataclasses.replace(cfx, study=counterfactual.analyze(
+            dep, ts.steps, counterfactual.roles(groups, ranks, stage_of), dimensions.pg_dimensions(groups), prepared,
+            study=True))
+    if cfx is not None:
+        decide = counterfactual.deciding(cfx)
+        found = [stragglers.from_counterfactual(r.rank, r.kind, r.confidence, order, roots_of, cause_of(r.rank),
+                                                r.saving_ns, r.saving_pct, r.added_ns) for r in decide.roots]
+        if pipe is not None and decide.bottleneck_stage is not None:
+            # a root's stage; without a root the pipeline's own rule stands (a stage slower in every replica
+            # is structure the role ideal keeps: the stage with the most compute sets the pace)
+            pipe = {**pipe, "bottleneck_stage": decide.bottleneck_stage}
+    else:
+        found = stragglers.roots(order, roots_of, comm_ns, cause_of, replicas)
+    del covs, cause_of  # not read below
     root = (found[0].rank, found[0].kind) if found else None
     replayed = whatif.analyze(dep, ts.steps, root, busbw, dimensions.pg_dimensions(groups),
-                              peers=replicas.get(root[0]) if root else None, experts=experts.balance(drows))
+                              peers=replicas.get(root[0]) if root else None, experts=experts.balance(drows),
+                              ideal=cfx.ideal_changes if cfx is not None else None, prepared=prepared)
     warnings.extend(whatif.warnings(replayed))
+    warnings.extend(counterfactual.warnings(cfx))
 
     rank_df = _rank_frame(totals, per_step, split, order)
     step_df = _step_frame(per_step, split, matched, roots_of.steps)
@@ -153,7 +177,7 @@ def analyze(ts: TraceSet, dims: dimensions.Options | None = None, busbw: dict[st
         source=source, ranks=rank_df, steps=step_df, collectives=coll_df, bandwidth=bw, ranking=order,
         verdict=found[0] if found else None, roots=tuple(found), blame=roots_of, clock=fit, matching=matching,
         warnings=tuple(warnings), traces=ts, graph=dep, critical_path=cpath, whatif=replayed, kernels=rows,
-        process_groups=groups, dimensions=dim_df, pipeline=pipe, experts=experts.analyze(drows),
+        process_groups=groups, dimensions=dim_df, pipeline=pipe, experts=experts.analyze(drows), counterfactual=cfx,
         inspector=inspector_metrics.analyze(ts.inspector) if ts.inspector is not None else None,
     )
 

@@ -30,6 +30,7 @@ The wave schedule depends only on the graph, so it is built once and reused by e
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,6 +39,7 @@ import polars as pl
 from .graph import Graph
 
 LIST_WIDTH = 4  # successors / ends per key kept in a padded table; longer lists are read as ranges
+CELLS = 5_000_000  # scenario x node cells per replay batch (memory bound: ~9 float arrays of this size)
 
 
 @dataclass(frozen=True)
@@ -112,7 +114,9 @@ class Arrays:
     chain_floor: np.ndarray  # for each position in chain_order: −slack (float)
 
     @classmethod
-    def of(cls, g: Graph) -> Arrays:
+    def of(cls, g: Graph, eager: bool = True) -> Arrays:
+        """``eager`` False: a send/recv pair always ends together, even where the send finished before its
+        receiver started (the What-if study's model)."""
         n = g.nodes
 
         def col(name: str, fill: int = -1) -> np.ndarray:
@@ -136,7 +140,7 @@ class Arrays:
         lead = np.flatnonzero(~simple)
         p2p = n["op"].is_in(["send", "recv", "send_recv"]).fill_null(False).to_numpy()
         gate = _apart(np.where(p2p, inst, -1), col("gate_node"), col("a_start_ns"), col("a_end_ns"),
-                      g.instances.height)
+                      g.instances.height) if eager else col("gate_node")
         groups, also, parent = _gate_groups(inst, gate, g.instances.height)
         joined = np.concatenate([groups[groups >= 0], also[also >= 0]])
         # a kernel that waited for nobody arrives with no wait (a collective's last arriver has none anyway)
@@ -459,3 +463,21 @@ def step_spans(seg: Segments, ds: np.ndarray, de: np.ndarray) -> np.ndarray:
     tiled = seg.next_seg >= 0
     end_shift = np.where(tiled, first[:, np.maximum(seg.next_seg, 0)], last - last_m[None, :])
     return span[None, :] + end_shift - first
+
+
+def batched(a: Arrays, sch: Schedule, seg: Segments, fill: list[Callable[[Mods, int], None]],
+            measure: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None) -> list[np.ndarray]:
+    """Replayed span per (rank, step) window of each scenario (or ``measure(ds, de)`` of it); ``fill(mods, i)``
+    writes scenario i's changes. Scenarios run in batches that keep the (scenarios x nodes) arrays within
+    ``CELLS``."""
+    n = a.rank.size
+    batch = max(1, min(len(fill), CELLS // max(n, 1)))
+    out: list[np.ndarray] = []
+    for lo in range(0, len(fill), batch):
+        part = fill[lo:lo + batch]
+        mods = Mods.zeros(len(part), n, a.n_graph_instances)
+        for i, f in enumerate(part):
+            f(mods, i)
+        ds, de = run(a, sch, mods)
+        out.extend(step_spans(seg, ds, de) if measure is None else measure(ds, de))
+    return out

@@ -1,21 +1,20 @@
 """What would it buy? Modified replays of the measured run (see replay.py) and what each saves.
 
 Scenarios (each a row of changes to durations, gaps, transfers, or hidden communication):
-- ``no_straggler``: the verdict's rank loses its extra time: compute beyond its peers' median for the
-  same operation (compute straggler; an operation its peers do not run at all is all extra), its host
-  gap beyond theirs (host straggler), or both (unknown kind). Its peers: the ranks of its role in the
-  other data-parallel replicas where there are some (another pipeline stage idles in other places), else
-  every other rank. "Same operation": the k-th kernel of
-  that name in the rank's step (SPMD ranks run the same sequence).
+- ``no_straggler``: the verdict's rank made ideal, everything else as measured. With the counterfactual's
+  ideal run (``ideal``, analyzer/counterfactual.py: each operation at its role's typical duration and gap,
+  never above measured) that is its operations and gaps at their ideal values; without one (no counterfactual),
+  its compute beyond its peers' median for the same operation (compute straggler; work its peers do not run
+  is all extra), its host gap beyond theirs (host straggler), or both (unknown kind).
 - ``no_exposed_comm`` (and ``no_exposed_comm:<dim>`` with a process-group -> dimension map):
   communication costs nothing, waits included: an upper bound on what overlap could buy.
 - ``busbw:<op>=<GB/s>`` (``all`` for every op): transfers at that bus bandwidth,
   transfer = bytes × nccl-tests factor(op, n) / busbw.
 - ``balanced_experts`` (expert parallelism, when the ranks' received tokens differ): each rank's received
   tokens, all-to-all bytes and expert compute at the mean of its expert-parallel group (expert_balance.py).
-- ``ideal``: every compute operation at its mean across ranks and steps, every transfer at the median
-  of its (op, bytes, group size), every gap at the median for its operation (the What-if analysis'
-  ideal, OSDI'25); S = measured / ideal.
+- ``ideal``: the counterfactual's ideal run (S = replay / ideal); without one, every compute operation at its
+  mean across ranks and steps, every transfer at the median of its (op, bytes, group size), every gap at the
+  median for its operation.
 - per rank: that rank's operations and gaps made ideal; replayed for the ``max_ranks`` ranks with the
   most to gain (all ranks up to that many), a saving per step for the heatmap.
 Step time: per step the longest (rank) step window, a step being done when its slowest rank is (needs
@@ -31,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from . import replay
+from . import counterfactual, replay
 from .collectives import bus_factor_expr
 from .errors import UsageError
 from .expert_balance import expert_changes
@@ -39,7 +38,6 @@ from .graph import Graph
 
 MAX_RANKS = 32  # per-rank scenarios replayed (ranks with the most to gain)
 ERROR_WARN_PCT = 5.0
-_CELLS = 5_000_000  # scenario x node cells per replay batch (memory bound: ~9 float arrays of this size)
 
 
 @dataclass(frozen=True)
@@ -67,27 +65,41 @@ def parse_specs(specs: tuple[str, ...] | list[str]) -> dict[str, float]:
     return out
 
 
-def analyze(g: Graph, steps: pl.DataFrame, straggler: tuple[int, str] | None = None,
-            busbw: dict[str, float] | None = None, dims: dict[str, str] | None = None,
-            max_ranks: int = MAX_RANKS, peers: list[int] | None = None,
-            experts: dict[str, pl.DataFrame] | None = None) -> WhatIf | None:
-    """Replay the unchanged run and every scenario. None when the graph is empty. ``peers``: the
-    straggler's ranks of the same role (none: every other rank); ``experts``: metrics.experts.balance (adds
-    ``balanced_experts`` when the ranks' received tokens differ)."""
+def prepare(g: Graph, steps: pl.DataFrame) -> tuple[replay.Arrays, replay.Schedule, replay.Segments] | None:
+    """The replay's structure (arrays, wave schedule, step windows), built once for every scenario."""
     if g.n_nodes == 0:
         return None
     arr = replay.Arrays.of(g)
-    sch = replay.schedule(arr)
     seg = replay.segments(g, steps)
     if seg.order.size == 0:
         return None
+    return arr, replay.schedule(arr), seg
+
+
+def analyze(g: Graph, steps: pl.DataFrame, straggler: tuple[int, str] | None = None,
+            busbw: dict[str, float] | None = None, dims: dict[str, str] | None = None,
+            max_ranks: int = MAX_RANKS, peers: list[int] | None = None, ideal: counterfactual.Ideal | None = None,
+            prepared: tuple[replay.Arrays, replay.Schedule, replay.Segments] | None = None,
+            experts: dict[str, pl.DataFrame] | None = None) -> WhatIf | None:
+    """Replay the unchanged run and every scenario. None when the graph is empty. ``peers``: the
+    straggler's ranks of the same role (none: every other rank); ``experts``: metrics.experts.balance (adds
+    ``balanced_experts`` when the ranks' received tokens differ). ``ideal``: the counterfactual's ideal run;
+    with it ``ideal``, ``no_straggler`` and the per-rank scenarios make operations ideal that way (so no
+    scenario is faster than the ideal run and no saving is negative)."""
+    got = prepared or prepare(g, steps)
+    if got is None:
+        return None
+    arr, sch, seg = got
     # the columns the scenarios read, names as integer codes: grouping a million kernel names by their
     # text cost 0.5 s and 0.4 GB on the 484 MB Nsight export, by code a fraction of that
     nodes = g.nodes.select("node", "rank", "kind", pl.col("name").cast(pl.Categorical).to_physical(), "step",
                            "occurrence", "dur_ns", "gap_ns", "inst", "pg")
-    ideal = _ideal_stats(nodes, g.instances)
+    ideal_old = _ideal_stats(nodes, g.instances)
+    rank_arr = nodes["rank"].to_numpy()
     named: list[tuple[str, Callable[[replay.Mods, int], None]]] = [("replay", lambda m, i: None)]
-    if straggler is not None:
+    if straggler is not None and ideal is not None:
+        named.append(("no_straggler", lambda m, i: ideal.fill(m, i, np.flatnonzero(rank_arr == straggler[0]))))
+    elif straggler is not None:
         named.append(("no_straggler", lambda m, i: _no_straggler(m, i, nodes, *straggler, peers)))
     balanced = expert_changes(nodes, g.instances, experts)
     if balanced is not None:
@@ -101,12 +113,19 @@ def analyze(g: Graph, steps: pl.DataFrame, straggler: tuple[int, str] | None = N
             named.append((f"no_exposed_comm:{dim}", lambda m, i, mask=mask: _hide(m, i, nodes, mask)))
     for op, gbps in (busbw or {}).items():
         named.append((f"busbw:{op}={gbps:g}", lambda m, i, op=op, gbps=gbps: _busbw(m, i, g.instances, op, gbps)))
-    named.append(("ideal", lambda m, i: _ideal(m, i, ideal, None)))
-    cands = _candidates(ideal, max_ranks)
-    for r in cands:
-        named.append((f"rank:{r}", lambda m, i, r=r: _ideal(m, i, ideal, r)))
+    if ideal is not None:
+        named.append(("ideal", lambda m, i: ideal.fill(m, i)))
+        cands = _candidates(_Ideal(ideal_old.node, ideal_old.rank, ideal.ddur, ideal.dgap, ideal_old.inst, ideal.dtr),
+                            max_ranks)
+        for r in cands:
+            named.append((f"rank:{r}", lambda m, i, r=r: ideal.fill(m, i, np.flatnonzero(rank_arr == r))))
+    else:
+        named.append(("ideal", lambda m, i: _ideal(m, i, ideal_old, None)))
+        cands = _candidates(ideal_old, max_ranks)
+        for r in cands:
+            named.append((f"rank:{r}", lambda m, i, r=r: _ideal(m, i, ideal_old, r)))
 
-    spans = _replay_all(arr, sch, seg, [f for _, f in named])
+    spans = replay.batched(arr, sch, seg, [f for _, f in named])
     tab = seg.table
     steps_col = tab["step"].to_numpy()
     measured = tab["span_ns"].to_numpy().astype(np.float64)
@@ -154,21 +173,6 @@ def _step_time(step: np.ndarray, span: np.ndarray) -> float:
     longest = np.full(keys.size, -np.inf)
     np.maximum.at(longest, inv, span)
     return float(longest.mean())
-
-
-def _replay_all(arr: replay.Arrays, sch: replay.Schedule, seg: replay.Segments,
-                fill: list[Callable[[replay.Mods, int], None]]) -> list[np.ndarray]:
-    n = arr.rank.size
-    batch = max(1, min(len(fill), _CELLS // max(n, 1)))
-    out: list[np.ndarray] = []
-    for lo in range(0, len(fill), batch):
-        part = fill[lo:lo + batch]
-        mods = replay.Mods.zeros(len(part), n, arr.n_graph_instances)
-        for i, f in enumerate(part):
-            f(mods, i)
-        ds, de = replay.run(arr, sch, mods)
-        out.extend(replay.step_spans(seg, ds, de))
-    return out
 
 
 # ----------------------------------------------------------------------------------------- scenarios

@@ -4,7 +4,9 @@ For each job size, seeds x {host, compute} runs with one late rank at a random p
 delay of 1-5 ms, plus balanced runs (jitter on, no late rank). Prints, per size, how often the verdict
 names the right rank and kind, and how often a balanced run gets no verdict.
 
-    python -m benchmarks.verdict_sweep --sizes 32,256,1024 --seeds 10
+    python -m benchmarks.verdict_sweep --sizes 32,256,1024 --seeds 10 [--twin]
+
+``--twin`` also generates each late run's job without the late rank and prints how far ``no_straggler`` is from it.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ def one(ranks: int, tp: int, late: tuple[int, int, str] | None, seed: int, steps
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     v = a.verdict
+    ns = a.whatif.scenarios.filter(a.whatif.scenarios["name"] == "no_straggler")["step_time_ns"] if a.whatif else []
+    one.last = (float(ns[0]) if len(ns) else None, a.whatif.measured_step_time_ns if a.whatif else None)
     return (v.rank, v.kind) if v else None
 
 
@@ -40,17 +44,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", type=int, default=10)
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--jitter-us", type=int, default=8)
+    p.add_argument("--twin", action="store_true", help="also replay no_straggler against the job without the late rank")
     a = p.parse_args(argv)
     for ranks in (int(x) for x in a.sizes.split(",")):
         tp = 4 if ranks < 64 else 8
         ok = total = null_ok = null_total = 0
         misses = []
+        errs: list[float] = []
         t0 = time.perf_counter()
         for seed in range(a.seeds):
             rng = random.Random(1000 * ranks + seed)
             for kind in ("host", "compute"):
                 r, delay = rng.randrange(ranks), rng.randint(1, 5) * 1_000_000
                 got = one(ranks, tp, (r, delay, kind), seed, a.steps, a.jitter_us * 1000)
+                pred = one.last[0]
+                if a.twin and pred is not None:  # the same job generated without the late rank
+                    one(ranks, tp, None, seed, a.steps, a.jitter_us * 1000)
+                    errs.append(100.0 * (pred - one.last[1]) / one.last[1])
                 total += 1
                 if got == (r, kind):
                     ok += 1
@@ -63,6 +73,9 @@ def main(argv: list[str] | None = None) -> int:
                 misses.append(f"seed {seed} balanced -> {got}")
         print(f"{ranks} ranks (tp {tp}, {a.steps} steps, jitter {a.jitter_us} us): right rank and kind "
               f"{ok}/{total}, balanced -> null {null_ok}/{null_total} ({time.perf_counter() - t0:.0f} s)", flush=True)
+        if errs:
+            print(f"    no_straggler vs the twin without the late rank: max |error| {max(map(abs, errs)):.1f}%, "
+                  f"within 5% in {sum(abs(e) <= 5 for e in errs)}/{len(errs)}", flush=True)
         for m in misses:
             print("   ", m, flush=True)
     return 0

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 from dash import dash_table, dcc, html
+from dash.dash_table.Format import Format, Scheme
 
 from analyzer.analysis import Analysis
 from analyzer.report.whatif import critical_path_records, sentence, whatif_dict
@@ -73,8 +74,11 @@ def section(a: Analysis) -> html.Section:
             dash_table.DataTable(
                 id="whatif-ranks", data=w["ranks"], sort_action="native", page_size=10,
                 columns=[{"id": "rank", "name": "rank", "type": "numeric"},
-                         {"id": "saving_ms", "name": "saving if ideal (ms)", "type": "numeric"},
-                         {"id": "saving_pct", "name": "saving %", "type": "numeric"}],
+                         # rounded for people; the JSON keeps full precision
+                         {"id": "saving_ms", "name": "saving if ideal (ms)", "type": "numeric",
+                          "format": Format(precision=2, scheme=Scheme.fixed)},
+                         {"id": "saving_pct", "name": "saving %", "type": "numeric",
+                          "format": Format(precision=1, scheme=Scheme.fixed)}],
                 style_cell={"fontFamily": "system-ui, sans-serif", "fontSize": "13px", "padding": "3px 8px"},
                 style_header={"fontWeight": "bold"}),
         ]

@@ -43,8 +43,10 @@ def test_text_report_reads_verdict_first() -> None:
     res = cli("analyze", str(HYBRID), "--no-cache")
     assert res.returncode == 0, res.stderr
     lines = [ln for ln in res.stdout.splitlines() if ln.strip()]
-    first = " ".join(lines[1:3])  # the headline wraps at the terminal width
-    assert lines[1].startswith("Straggler: rank 3 is the root of") and "host-bound" in first
+    # the counterfactual leads: what fixing the root saves; then who it is and why (the headline wraps)
+    assert lines[1].startswith("Fixing rank 3 would cut the step by ")
+    first = " ".join(lines[2:4])
+    assert lines[2].startswith("Straggler: rank 3 is the root of") and "host-bound" in first
 
 
 def test_output_file(tmp_path: Path) -> None:

@@ -250,7 +250,9 @@ def _check_verdict(case: Case) -> None:
     p_inst = binom.sf(k - 1, len(mine), chance) if k > len(mine) * chance else 1.0
     share = root[late] / sum(root.values())
     p_cons = min(p_steps, p_inst) if share < 0.8 else min(p_steps, p_inst, 1 - share)
-    assert v["confidence"] == pytest.approx(1 - p_cons, abs=1e-6)
+    # the verdict is the counterfactual's now (test_counterfactual): its confidence is a t-test over steps of
+    # the rank's put-back, no longer 1 − p of these binomial tests; both call this late rank near certain
+    assert v["confidence"] >= 0.95 and 1 - p_cons >= 0.95
     compute = {r: o.whole.compute_ns for r, o in case.oracles.items()}
     excess = compute[late] - statistics.median(c for r, c in compute.items() if r != late)
     assert v["compute_before_ms"] == pytest.approx(max(excess, 0) / MS, abs=TOL)
@@ -497,10 +499,13 @@ def test_one_rank_has_no_matched_waits_and_exact_breakdown(tmp_path: Path) -> No
     assert (row["wait_ms"], row["caused_wait_ms"], row["last_arrival_pct"], row["exposed_wait_ms"]) == (0, 0, None, 0)
     assert row["exposed_transfer_ms"] == pytest.approx(ref.whole.exposed_ns / MS, abs=TOL) and ref.whole.exposed_ns > 0
     assert row["compute_only_ms"] == pytest.approx(ref.whole.compute_only_ns / MS, abs=TOL)
-    assert rep["stragglers"] == {"verdict": None, "roots": [], "ranking": [
+    heuristic = {k: rep["stragglers"][k] for k in ("verdict", "roots", "ranking", "transfer_caused_wait_ms")}
+    assert heuristic == {"verdict": None, "roots": [], "ranking": [
         {"rank": 0, "root_caused_wait_ms": 0.0, "propagated_wait_ms": 0.0, "caused_wait_ms": 0.0, "wait_ms": 0.0,
          "last_arrival_pct": None, "steps_last": 0, "instances": 0}],
         "transfer_caused_wait_ms": 0.0}
+    # one rank is its own ideal but for its steps' jitter (test_counterfactual pins S on hand-built jobs)
+    assert rep["stragglers"]["slowdown"] == pytest.approx(1.0, abs=0.01)
     assert rep["matching"]["instances"] == 0 and rep["matching"]["unmatched_kernels"] == len(ref.comm) == 2 * 3
     assert rep["collectives"] == [] and rep["bandwidth"] == []
     assert rep["clock"] == {"method": "none", "reference_rank": 0, "offsets_us": {"0": 0.0}, "uncertainty_us": None,

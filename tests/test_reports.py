@@ -37,7 +37,8 @@ def reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 def test_markdown_has_verdict_rank_table_and_top_collectives(reports: dict[str, str]) -> None:
     md = reports["late.markdown"]
     assert md.startswith("## commscope: kineto, 4 rank(s) of 4")
-    assert "**Straggler: rank 1 is the root of" in md
+    # the counterfactual leads (bold), the wait it caused follows
+    assert "**Fixing rank 1 would cut the step by " in md and "\nStraggler: rank 1 is the root of" in md
     header = next(line for line in md.splitlines() if line.startswith("| rank |"))
     assert "exposed wait ms" in header and "caused wait ms" in header
     per_rank = md.split("### Per rank")[1].split("###")[0]

@@ -15,6 +15,7 @@ rank's GPU did while the others already waited: computing (compute) or nothing (
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -60,6 +61,10 @@ class Verdict:
     instances_last: int
     effect: float  # its costliest late arrival per step / the step's median instance (inf: nobody else late)
     chain: tuple[ChainLink, ...] = ()
+    # decided by the counterfactual (analyzer/counterfactual.py): what making it ideal saves, what its put-back adds
+    saving_ns: float | None = None
+    saving_pct: float | None = None
+    added_ns: float | None = None
 
 
 def binom_sf(k: int, n: int, p: float) -> float:
@@ -250,3 +255,22 @@ def chain(blame: Blame, rank: int) -> tuple[ChainLink, ...]:
             wait_ns=float(part["amount_ns"].sum()),
         ))
     return tuple(links)
+
+
+def from_counterfactual(rank: int, kind: str, confidence: float, order: pl.DataFrame, blame: Blame,
+                        cause: dict[str, float], saving_ns: float, saving_pct: float, added_ns: float) -> Verdict:
+    """The verdict for a root the counterfactual named: its kind (``unknown``: decided from what its GPU did
+    while the others waited, as :func:`roots` does), its wait figures from ``order`` and ``blame``."""
+    row = order.filter(pl.col("rank") == rank)
+    cand = row.row(0, named=True) if row.height else {"rank": rank, "caused_wait_ns": 0.0, "last_arrival_pct": None,
+                                                      "last_count": 0, "root_caused_wait_ns": 0.0}
+    per_step = blame.steps
+    n_steps = per_step["step"].n_unique() if per_step.height else 0
+    top = per_step.sort(["root_caused_wait_ns", "rank"], descending=[True, False]).group_by(
+        "step", maintain_order=True).first()
+    steps_last = top.filter(pl.col("rank") == rank).height
+    inst = blame.instances.filter(pl.col("caused_ns") > 0)
+    v = _verdict(cand, cause, float(cand["root_caused_wait_ns"] or 0.0), confidence, steps_last, n_steps,
+                 _effect(inst, rank), chain(blame, rank))
+    return dataclasses.replace(v, kind=kind if kind != "unknown" else v.kind, saving_ns=saving_ns,
+                               saving_pct=saving_pct, added_ns=added_ns)

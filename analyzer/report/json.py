@@ -15,6 +15,7 @@ import polars as pl
 
 from ..analysis import Analysis
 from ..metrics.stragglers import Verdict
+from .counterfactual import counterfactual_dict
 from .whatif import critical_path_records, whatif_dict
 
 SCHEMA = "commscope.analysis/1"
@@ -107,6 +108,8 @@ def _verdict(v: Verdict) -> dict:
         "last_arrival_pct": v.last_arrival_pct, "steps_last": v.steps_last, "steps_seen": v.steps_seen,
         "idle_before_ms": v.idle_before_ns / 1e6, "compute_before_ms": v.compute_before_ns / 1e6,
         "instances_last": v.instances_last, "effect": v.effect,
+        "saving_ms": None if v.saving_ns is None else v.saving_ns / 1e6, "saving_pct": v.saving_pct,
+        "added_ms": None if v.added_ns is None else v.added_ns / 1e6,
         "chain": [{"via": list(c.via), "pg": list(c.pg), "groups": c.groups, "peers": c.peers,
                    "wait_ms": c.wait_ns / 1e6} for c in v.chain],
     })
@@ -136,7 +139,8 @@ def to_dict(a: Analysis) -> dict:
         "collectives": _records(a.collectives, COLLECTIVE_FIELDS),
         "bandwidth": _records(a.bandwidth, tuple(a.bandwidth.columns)),
         "stragglers": {"verdict": roots[0] if roots else None, "roots": roots, "ranking": ranking,
-                       "transfer_caused_wait_ms": _number(a.blame.transfer_caused_ns / 1e6) if a.blame else None},
+                       "transfer_caused_wait_ms": _number(a.blame.transfer_caused_ns / 1e6) if a.blame else None,
+                       **counterfactual_dict(a)},
         "clock": clean({
             "method": fit.method,
             "reference_rank": fit.reference,

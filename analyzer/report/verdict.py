@@ -5,6 +5,7 @@ from __future__ import annotations
 from ..analysis import Analysis
 from ..metrics.stragglers import Verdict
 from ..ranklist import compact
+from .counterfactual import lead as cf_lead
 from .inspector import headline as inspector_headline
 
 
@@ -35,11 +36,13 @@ def chain_text(v: Verdict, dims: dict[str, str] | None = None) -> str:
     dims = dims or {}
     direct = [c for c in v.chain if not c.via]
     hops = [c for c in v.chain if c.via]
-    if not direct:
+    if not direct or direct[0].peers <= 0:  # nothing to say: no sentence
         return ""
     d = direct[0]
-    text = f"Rank {v.rank} delayed {d.peers} rank{'s' if d.peers != 1 else ''} directly (its {_groups(d.pg, dims)})"
-    if hops:
+    groups = _groups(d.pg, dims)
+    text = f"Rank {v.rank} delayed {d.peers} rank{'s' if d.peers != 1 else ''} directly" + (f" (its {groups})"
+                                                                                          if groups else "")
+    if hops and hops[0].peers > 0:
         h = hops[0]
         text += (f"; through rank{'s' if len(h.via) > 1 else ''} {compact(h.via)}, which it had held up, "
                  f"{h.peers} more waited ({h.groups} {_groups(h.pg, dims)})")
@@ -56,6 +59,8 @@ def _pg_dimensions(a: Analysis) -> dict[str, str]:
 def headline(a: Analysis) -> list[str]:
     lines = []
     v = a.verdict
+    if first := cf_lead(a):
+        lines.append(first)
     if v is not None:
         cause = {
             "host": f"host-bound: its GPU sat idle {v.idle_before_ns / 1e6 / max(v.steps_last, 1):,.1f} ms per step "
@@ -74,7 +79,7 @@ def headline(a: Analysis) -> list[str]:
         for extra in a.roots[1:]:
             lines.append(f"Also a root: rank {extra.rank} ({extra.kind}), {extra.root_caused_wait_ns / 1e6:,.1f} ms "
                          "of the others' wait.")
-    elif a.matching.get("instances"):
+    elif a.matching.get("instances") and a.counterfactual is None:
         lines.append("No straggler: the wait the ranks cause each other is spread evenly.")
     lines.extend(inspector_headline(a))  # NCCL Inspector input: the kernel-time verdict, slow links
     r = a.ranks

@@ -66,7 +66,10 @@ def sentence(a: Analysis) -> str | None:
     top_rank = w.ranks.head(1).to_dicts()
     if top_rank and not any(n == "no_straggler" for n, _, _ in rows):
         rows.append((f"rank:{top_rank[0]['rank']}", top_rank[0]["saving_ns"], top_rank[0]["saving_pct"]))
-    rows = sorted(rows, key=lambda r: -(r[1] or 0.0))[:3]
+    # a saving that rounds to nothing has nothing to say
+    rows = [r for r in sorted(rows, key=lambda r: -(r[1] or 0.0)) if (r[1] or 0.0) >= 0.05 * NS_PER_MS][:3]
+    if not rows and not w.ideal_speedup:
+        return None
     parts = []
     for i, (name, saving, pct) in enumerate(rows):
         amount = f"{max(saving, 0.0) / NS_PER_MS:,.1f} ms ({max(pct or 0.0, 0.0):.0f}%)"
@@ -74,7 +77,7 @@ def sentence(a: Analysis) -> str | None:
                      else f"{_phrase(name, a)}, by {amount}")
     text = "What if: " + "; ".join(parts)
     if w.ideal_speedup:
-        text += f"; the ideal run is {w.ideal_speedup:.2f}x faster"
+        text += f"{'; ' if parts else ''}the ideal run is {w.ideal_speedup:.2f}x faster"
     return text + "."
 
 

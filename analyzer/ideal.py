@@ -1,0 +1,185 @@
+"""The ideal run of the counterfactual verdict (analyzer/counterfactual.py): roles, and the changes that take the
+measured run to its ideal, in commscope's model (:func:`ideal`) and in the published What-if study's
+(:func:`ideal_study`, with :func:`steps_apart`: every step replayed on its own from its measured start).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from . import replay
+from .graph import Graph
+
+WORK_KINDS = ("compute", "memcpy", "memset", "other")
+SPMD_DIMS = {"world", "dp", "fsdp", "ep"}  # groups of ranks that run the same program
+
+
+@dataclass(frozen=True)
+class Roles:
+    """Per rank: its role (ranks of one role run the same program part), DP replica and pipeline stage."""
+
+    role: dict[int, int]
+    replicated: bool  # roles are DP groups: an operation a peer does not run counts as zero there
+    replica: dict[int, int]  # rank -> its position in its DP group
+    stage: dict[int, int]  # rank -> pipeline stage (empty without a pipeline)
+
+
+def roles(groups: pl.DataFrame | None, ranks: list[int], stages: pl.DataFrame | None = None) -> Roles:
+    """``groups``: dimensions.groups (pg, ranks, size, dimension); ``stages``: rank, stage (pipeline)."""
+    role: dict[int, int] = {}
+    replica: dict[int, int] = {}
+    if groups is not None and groups.height:
+        dp = groups.filter(pl.col("dimension").is_in(["dp", "fsdp"]) & (pl.col("size") >= 2))
+        members = sorted({tuple(sorted(int(r) for r in m)) for m in dp["ranks"].to_list()})
+        for i, m in enumerate(members):
+            for pos, r in enumerate(m):
+                role.setdefault(r, i)
+                replica.setdefault(r, pos)
+    replicated = bool(role) and all(r in role for r in ranks)
+    if not replicated:
+        # no DP groups: a job whose every group spans the world (plain DDP, FSDP, experts) is one role of
+        # replicas; one with tensor, pipeline or context groups is one role of different program parts
+        dims = set(groups["dimension"].to_list()) if groups is not None and groups.height else set()
+        replicated = bool(dims) and dims <= SPMD_DIMS
+        role = {r: 0 for r in ranks}
+        replica = {r: i for i, r in enumerate(sorted(ranks))} if replicated else {}
+    stage = {}
+    if stages is not None and stages.height:
+        stage = {int(r): int(s) for r, s in stages.select("rank", "stage").unique("rank").iter_rows()}
+    return Roles(role=role, replicated=replicated, replica=replica, stage=stage)
+
+
+@dataclass(frozen=True)
+class Ideal:
+    """Changes that take the measured run to the ideal one (all <= 0, ns), per node and per instance."""
+
+    ddur: np.ndarray
+    dgap: np.ndarray
+    dtr: np.ndarray
+    gap: np.ndarray  # measured gaps (the no-host mode removes them)
+
+    def fill(self, m: replay.Mods, i: int, nodes: np.ndarray | None = None, insts: np.ndarray | None = None,
+             keep: bool = False, host: bool = True) -> None:
+        """Row i of ``m``: the ideal everywhere (``keep``: everywhere but ``nodes``/``insts``, put back as
+        measured), or only on ``nodes``/``insts`` (the measured run with them made ideal). ``host`` False:
+        every host gap removed as well."""
+        dd, dg, dt = self.ddur.copy(), self.dgap.copy(), self.dtr.copy()
+        if keep:
+            if nodes is not None:
+                dd[nodes] = 0.0
+                dg[nodes] = 0.0
+            if insts is not None:
+                dt[insts] = 0.0
+        elif nodes is not None or insts is not None:
+            on = np.zeros(dd.size, dtype=bool)
+            if nodes is not None:
+                on[nodes] = True
+            dd[~on] = 0.0
+            dg[~on] = 0.0
+            ion = np.zeros(dt.size, dtype=bool)
+            if insts is not None:
+                ion[insts] = True
+            dt[~ion] = 0.0
+        m.ddur[i] += dd
+        m.dtr[i] += dt
+        m.dgap[i] += -self.gap if not host else dg
+
+
+def ideal(g: Graph, rl: Roles) -> Ideal:
+    """The ideal run's changes to durations, gaps and transfers (see the module doc)."""
+    # a rank's first operation is its own role: its gap is measured from the job's start, not from a predecessor
+    key = ["_role", "name", "occurrence", "_first"]
+    n = g.nodes.select(
+        "node", "rank", "kind", pl.col("name").cast(pl.Categorical).to_physical(), "occurrence",
+        pl.col("bind_pred").is_null().alias("_first"),
+        pl.col("dur_ns").cast(pl.Float64), pl.col("gap_ns").cast(pl.Float64).clip(lower_bound=0),
+        pl.col("rank").replace_strict(rl.role, default=-1, return_dtype=pl.Int64).alias("_role"))
+    per_rank = n.group_by("rank", *key).agg(pl.col("dur_ns").median().alias("_d"), pl.col("gap_ns").median().alias("_g"))
+    size = (pl.DataFrame({"rank": list(rl.role), "_role": list(rl.role.values())},
+                         schema={"rank": pl.Int32, "_role": pl.Int64})
+            .join(n.select("rank").unique(), on="rank").group_by("_role").agg(pl.len().cast(pl.Int64).alias("_n")))
+    typ = per_rank.group_by(key).agg(pl.col("_d").sort().alias("_ds"), pl.col("_g").sort().alias("_gs"),
+                                     pl.len().cast(pl.Int64).alias("_c")).join(size, on="_role", how="left")
+    if rl.replicated:  # peers that do not run it count as zero: the lower median of all the role's ranks
+        at = (pl.col("_n") - 1) // 2 - (pl.col("_n") - pl.col("_c"))
+    else:  # its own structure: the lower median of the ranks that run it
+        at = (pl.col("_c") - 1) // 2
+    typ = typ.with_columns(at.alias("_at")).select(
+        *key,
+        pl.when(pl.col("_at") >= 0).then(pl.col("_ds").list.get(pl.col("_at").clip(lower_bound=0), null_on_oob=True))
+        .otherwise(0.0).alias("_td"),
+        pl.when(pl.col("_at") >= 0).then(pl.col("_gs").list.get(pl.col("_at").clip(lower_bound=0), null_on_oob=True))
+        .otherwise(0.0).alias("_tg"))
+    n = n.join(typ, on=key, how="left", nulls_equal=True, maintain_order="left")
+    work = pl.col("kind").is_in(WORK_KINDS)
+    out = n.select(
+        pl.when(work).then(pl.min_horizontal(pl.col("_td").fill_null(pl.col("dur_ns")), "dur_ns") - pl.col("dur_ns"))
+        .otherwise(0.0).alias("dd"),
+        (pl.min_horizontal(pl.col("_tg").fill_null(pl.col("gap_ns")), "gap_ns") - pl.col("gap_ns")).alias("dg"),
+        "gap_ns")
+    inst = g.instances.sort("inst").select(
+        (pl.min_horizontal(pl.col("transfer_ns").cast(pl.Float64).median().over("op", "bytes", "group_n"),
+                           "transfer_ns") - pl.col("transfer_ns")).fill_null(0.0).alias("dt"))
+    return Ideal(out["dd"].fill_null(0.0).to_numpy(), out["dg"].fill_null(0.0).to_numpy(),
+                 inst["dt"].to_numpy().astype(np.float64), out["gap_ns"].fill_null(0.0).to_numpy())
+
+
+def ideal_study(g: Graph) -> Ideal:
+    """The published study's ideal (What-if, OSDI'25): every operation of an op type at the mean duration of
+    that type over all ranks, stages and steps (communication: the median transfer), host gaps removed; not
+    bounded by the measured values."""
+    n = g.nodes.select("kind", "name", pl.col("dur_ns").cast(pl.Float64), pl.col("gap_ns").cast(pl.Float64)
+                       .clip(lower_bound=0), pl.col("inst").is_not_null().alias("_m"))
+    dd = n.select(pl.when(~pl.col("_m")).then(
+        pl.when(pl.col("kind") == "comm").then(pl.col("dur_ns").median().over("name", "_m"))
+        .otherwise(pl.col("dur_ns").mean().over("name", "_m")) - pl.col("dur_ns")).otherwise(0.0).alias("d"))["d"]
+    names = g.nodes.select("node", "name")
+    inst = g.instances.sort("inst").join(names, left_on="last_node", right_on="node", how="left", maintain_order="left")
+    dt = inst.select((pl.col("transfer_ns").cast(pl.Float64).median().over("name") - pl.col("transfer_ns"))
+                     .fill_null(0.0).alias("dt"))["dt"]
+    gap = n["gap_ns"].fill_null(0.0).to_numpy()
+    return Ideal(dd.fill_null(0.0).to_numpy(), -gap, dt.to_numpy().astype(np.float64), gap)
+
+
+def steps_apart(g: Graph) -> Graph:
+    """The graph with every step on its own, as the study simulates them: no operation depends on one of an
+    earlier step (binding or stream predecessor), and an operation whose binding predecessor was in an earlier
+    step has its gap measured from its step's start (the earliest start of the step on any rank), so removing
+    host gaps starts every rank at the step's measured start, and a faster step does not move the next one."""
+    step = g.nodes["step"]
+    pred_step = {c: step.gather(g.nodes[c].fill_null(0)).zip_with(g.nodes[c].is_not_null(), pl.Series([None]))
+                 for c in ("bind_pred", "stream_pred")}
+    n = g.nodes.with_columns(pl.col("a_start_ns").min().over("step").alias("_s0"),
+                             *[(pl.Series(v) != pl.col("step")).fill_null(False).alias(f"_x_{c}")
+                               for c, v in pred_step.items()])
+    inside = pl.col("step").is_not_null()
+    cut_b = inside & (pl.col("_x_bind_pred") | pl.col("bind_pred").is_null())
+    n = n.with_columns(
+        pl.when(inside & pl.col("_x_bind_pred")).then(None).otherwise(pl.col("bind_pred")).alias("bind_pred"),
+        pl.when(inside & pl.col("_x_stream_pred")).then(None).otherwise(pl.col("stream_pred")).alias("stream_pred"),
+        pl.when(cut_b).then(pl.col("a_start_ns") - pl.col("_s0")).otherwise(pl.col("gap_ns")).alias("gap_ns"),
+    ).drop("_s0", "_x_bind_pred", "_x_stream_pred")
+    return Graph(nodes=n, instances=g.instances, edges=g.edges)
+
+
+def study_steps(g: Graph) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+    """Per replayed run (rows of ds, de), each step's time as the study counts it: from the step's measured
+    start (its earliest operation on any rank) to its last operation's replayed end on any rank."""
+    st = g.nodes["step"].fill_null(-1).to_numpy()
+    keep = st >= 0
+    keys, inv = np.unique(st[keep], return_inverse=True)
+    idx = np.flatnonzero(keep)
+    s0 = g.nodes["a_start_ns"].to_numpy()[idx].astype(np.float64)
+    e0 = g.nodes["a_end_ns"].to_numpy()[idx].astype(np.float64)
+    order = np.argsort(inv, kind="stable")
+    bounds = np.searchsorted(inv[order], np.arange(keys.size))
+    start = np.minimum.reduceat(s0[order], bounds)
+
+    def measure(ds: np.ndarray, de: np.ndarray) -> np.ndarray:
+        return np.maximum.reduceat((e0 + de[:, idx])[:, order], bounds, axis=1) - start
+
+    return measure
