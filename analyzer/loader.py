@@ -23,6 +23,8 @@ from .errors import CommscopeError, TraceError, UsageError
 from .hygiene import drop_invalid_gpu
 from .ingest import ReadOptions, reader_for
 from .ingest.discover import TraceFile, discover
+from .ingest.limits import DEFAULT as DEFAULT_LIMITS
+from .ingest.limits import Limits
 from .model import (
     COMM_CALL_SCHEMA,
     CPU_SCHEMA,
@@ -47,6 +49,7 @@ class LoadOptions:
     cache: bool = True
     progress: Callable[[str], None] | None = None
     scheduler: str | None = None  # Dask scheduler address: parse ranks on that cluster
+    limits: Limits = DEFAULT_LIMITS  # what one input may cost (--max-inflated-size, --max-events, ...)
 
 
 CPU_KEPT = ("runtime", "annotation")  # cpu kinds anything after loading reads
@@ -60,6 +63,10 @@ def read_lean(path: Path, opts: ReadOptions, fmt: str = "kineto") -> list[RankTr
         traces = read_tables(path, opts, cpu_ops=False)
     else:
         traces = reader_for(fmt)(path, opts)
+        n = sum(t.gpu.height + t.cpu.height for t in traces)
+        if n > opts.limits.max_events:
+            raise TraceError(path, f"has {n:,} events for the tables, more than {opts.limits.max_events:,} (the "
+                             "events-per-rank limit)", "raise --max-events if the trace is real")
     return [replace(t, cpu=t.cpu.filter(pl.col("kind").is_in(CPU_KEPT))) for t in traces]
 
 
@@ -219,7 +226,7 @@ def _read_all(files: list[TraceFile], options: LoadOptions) -> list[list[RankTra
 
     jobs = options.jobs or os.cpu_count() or 1
     opts = [ReadOptions(rank_hint=tf.rank_hint, rank_map=dict(options.rank_map or {}),
-                        step_marker=options.step_marker) for tf in files]
+                        step_marker=options.step_marker, limits=options.limits) for tf in files]
     with rank_progress(len(files)) as bar:
         def done(name: str) -> None:
             bar(name)

@@ -39,13 +39,13 @@ _HITS = _hit_regex(_SCAN_CATS)
 _HITS_WITH_OPS = _hit_regex((*_SCAN_CATS, *(c for c, kind in _CPU_CATS.items() if kind == "op")))
 _CORR = r'"correlation"\s*:\s*(-?\d+)'
 _TWO_RX = r"\}\s*,\s*\{"  # two objects in one block (or such text in a string)
+_SPACE = re.compile(rb"[ \t\r\n]*")
 
 
 def _opener(data: Buffer, lo: int, hi: int) -> bytes | None:
     """``\\n`` + the indentation + ``{`` that opens the first event, if it opens a line; else None."""
-    at = lo
-    while at < hi and data[at : at + 1] in (b" ", b"\t", b"\r", b"\n"):
-        at += 1
+    m = _SPACE.match(data, lo, hi)  # in C: a byte-at-a-time loop took ~3 s per 20 MiB of padding
+    at = m.end() if m is not None else lo
     if at >= hi or data[at : at + 1] != b"{":
         return None
     nl = data.rfind(b"\n", lo, at)

@@ -1,0 +1,664 @@
+"""The hostile-input corpus of issue #32, rebuilt from a real rank: 127 mutated inputs, each with the outcome it must have.
+
+Every case mutates rank 0 of ``sample_traces/gpu_h200/hybrid_tp_dp`` (or replaces it: empty files, FIFOs, a link to
+/dev/zero, an Nsight report) and is analyzed twice: as a single file, and as rank 0 of a folder with the three real
+ranks. Each use has an expected outcome class:
+
+- ``same``: the numbers equal the unmutated input's and no new warning (neutral mutations: order, whitespace, BOM);
+- ``warn``: a new warning matching ``expect`` names what was dropped, clipped or not counted;
+- ``skip`` (folders): the file is in ``source.skipped`` with a reason matching ``expect``, and in the warnings;
+- ``exit2``: a ``CommscopeError`` of one line matching ``expect`` (the CLI prints it and exits 2).
+
+``run_corpus`` runs every case in worker processes under a timeout and classifies what happened, including the
+outcomes that must never occur: ``hang``, ``traceback`` (any other exception) and ``silent`` (numbers changed, no new
+warning, nothing skipped). ``python tests/hostile_corpus.py`` prints the outcome table (the issue's closing note).
+"""
+
+from __future__ import annotations
+
+import copy
+import gzip
+import json
+import math
+import os
+import random
+import re
+import shutil
+import sys
+import zlib
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+HYBRID = ROOT / "sample_traces" / "gpu_h200" / "hybrid_tp_dp"
+RANK0 = next(HYBRID.glob("rank0.*.pt.trace.json.gz"))
+STEM = RANK0.name[: -len(".pt.trace.json.gz")]  # rank0.<id>
+TIMEOUT_S = 60.0
+
+Doc = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    build: Callable[[Path], Path]  # writes the input into a folder and returns its path
+    single: str  # expected outcome class as a single file
+    folder: str  # expected outcome class as rank 0 of the real folder
+    expect: str = ""  # regex the warning / skip reason / error line must match
+    options: dict = field(default_factory=dict)  # keyword overrides for analyzer.analyze (limits)
+
+
+# ------------------------------------------------------------------------------------------ the base document
+
+
+_BASE: Doc | None = None
+
+
+def base() -> Doc:
+    global _BASE
+    if _BASE is None:
+        _BASE = json.loads(gzip.decompress(RANK0.read_bytes()))
+    return copy.deepcopy(_BASE)
+
+
+def kineto_text(doc: Doc) -> str:
+    """Kineto's layout: header keys, then one event per line block opened by ``\\n  {`` (the block path's shape)."""
+    head = {k: v for k, v in doc.items() if k != "traceEvents"}
+    events = doc.get("traceEvents", [])
+    inner = json.dumps(head)[1:-1]
+    if not isinstance(events, list):
+        return "{" + inner + (", " if inner else "") + '"traceEvents": ' + json.dumps(events) + "}"
+    body = ",\n".join("  " + json.dumps(e) for e in events)
+    return "{" + inner + (", " if inner else "") + '"traceEvents": [\n' + body + "\n]}"
+
+
+def write(folder: Path, data: bytes | str, gz: bool = True, name: str | None = None) -> Path:
+    raw = data.encode() if isinstance(data, str) else data
+    path = folder / (name or STEM + (".pt.trace.json.gz" if gz else ".pt.trace.json"))
+    path.write_bytes(gzip.compress(raw, compresslevel=1) if gz else raw)
+    return path
+
+
+def doc_case(mutate: Callable[[Doc], Any], gz: bool = True, then: Callable[[str], str] | None = None
+             ) -> Callable[[Path], Path]:
+    """``mutate`` edits the document in place (or returns a new one); ``then`` edits the written text."""
+    def build(folder: Path) -> Path:
+        d = base()
+        out = mutate(d)
+        text = kineto_text(out if isinstance(out, dict) else d)
+        return write(folder, then(text) if then else text, gz)
+    return build
+
+
+def text_case(mutate: Callable[[str], str], gz: bool = True) -> Callable[[Path], Path]:
+    def build(folder: Path) -> Path:
+        return write(folder, mutate(gzip.decompress(RANK0.read_bytes()).decode()), gz)
+    return build
+
+
+def bytes_case(make: Callable[[], bytes], gz: bool = False, name: str | None = None) -> Callable[[Path], Path]:
+    return lambda folder: write(folder, make(), gz, name)
+
+
+# ------------------------------------------------------------------------------------------ picking events
+
+
+def kernels(d: Doc) -> list[dict]:
+    return [e for e in d["traceEvents"] if isinstance(e, dict) and e.get("cat") == "kernel"]
+
+
+def compute_kernel(d: Doc) -> dict:
+    return next(e for e in kernels(d) if "nccl" not in e["name"].lower())
+
+
+def nccl_kernel(d: Doc) -> dict:
+    return next(e for e in kernels(d) if "nccl" in e["name"].lower())
+
+
+def _next_on_stream(d: Doc, e: dict, n: int = 1) -> dict:
+    same = sorted((k for k in kernels(d) if k["args"]["stream"] == e["args"]["stream"] and k["ts"] > e["ts"]),
+                  key=lambda k: k["ts"])
+    return same[n - 1]
+
+
+def set_field(pick: Callable[[Doc], dict], key: str, value: Any, in_args: bool = False) -> Callable[[Doc], None]:
+    def mutate(d: Doc) -> None:
+        e = pick(d)
+        target = e["args"] if in_args else e
+        if value is _DELETE:
+            target.pop(key, None)
+        else:
+            target[key] = value
+    return mutate
+
+
+_DELETE = object()
+
+
+def _all(d: Doc, key: str, value: Any) -> None:
+    for e in kernels(d):
+        e[key] = value
+
+
+def stretch_over_next(d: Doc, pick: Callable[[Doc], dict], n: int) -> None:
+    """The kernel ends after the n-th next kernel on its stream has ended (an impossible overlap)."""
+    e = pick(d)
+    nxt = _next_on_stream(d, e, n)
+    e["dur"] = round(nxt["ts"] + nxt["dur"] - e["ts"] + 1.0, 3)
+
+
+def info(**kv: Any) -> Callable[[Doc], None]:
+    def mutate(d: Doc) -> None:
+        for k, v in kv.items():
+            d["distributedInfo"][k] = v
+    return mutate
+
+
+def whitespace_after_bracket(n: int) -> Callable[[str], str]:
+    return lambda t: t.replace('"traceEvents": [', '"traceEvents": [' + " " * n, 1)
+
+
+def truncate(frac: float) -> Callable[[], bytes]:
+    def make() -> bytes:
+        raw = gzip.decompress(RANK0.read_bytes())
+        return raw[: int(len(raw) * frac)]
+    return make
+
+
+def gz_truncated() -> bytes:
+    data = RANK0.read_bytes()
+    return data[: len(data) // 2]
+
+
+def gz_corrupt() -> bytes:
+    data = bytearray(RANK0.read_bytes())
+    for i in range(len(data) // 2, len(data) // 2 + 64):
+        data[i] ^= 0x5A
+    return bytes(data)
+
+
+def gz_bomb(n_bytes: int) -> Callable[[Path], Path]:
+    """A few MB of gzip that inflate to ``n_bytes`` of whitespace after ``"traceEvents": [`` (streamed: the
+    builder never holds the inflated text)."""
+    def build(folder: Path) -> Path:
+        path = folder / (STEM + ".pt.trace.json.gz")
+        kept = folder.parent / f"bomb-{n_bytes}.gz"  # built once per corpus run (~7 s for 2.4 GiB)
+        if not kept.exists():
+            _write_bomb(kept, n_bytes)
+        path.symlink_to(kept)
+        return path
+    return build
+
+
+def _write_bomb(dest: Path, n_bytes: int) -> None:
+    tmp = dest.with_name(f"{dest.name}.{os.getpid()}")
+    comp = zlib.compressobj(6, zlib.DEFLATED, 31)
+    block = b" " * (16 << 20)
+    with open(tmp, "wb") as f:
+        f.write(comp.compress(b'{"schemaVersion": 1, "distributedInfo": {"rank": 0, "world_size": 4}, '
+                              b'"traceEvents": ['))
+        left = n_bytes
+        while left > 0:
+            f.write(comp.compress(block[: min(left, len(block))]))
+            left -= len(block)
+        f.write(comp.compress(b"]}") + comp.flush())
+    tmp.replace(dest)
+
+
+def gz_multimember(folder: Path) -> Path:
+    raw = gzip.decompress(RANK0.read_bytes())
+    cut = len(raw) // 3
+    path = folder / (STEM + ".pt.trace.json.gz")
+    path.write_bytes(gzip.compress(raw[:cut]) + gzip.compress(raw[cut:]))
+    return path
+
+
+def nested_args(depth: int) -> Callable[[Path], Path]:
+    """The first compute kernel's args get a value nested ``depth`` arrays deep (written as text: json.dumps
+    itself recurses)."""
+    def mark(d: Doc) -> None:
+        compute_kernel(d)["args"]["deep"] = "DEEP"
+
+    return doc_case(mark, then=lambda t: t.replace('"DEEP"', "[" * depth + "1" + "]" * depth, 1))
+
+
+def deep_document(depth: int) -> bytes:
+    return b'{"traceEvents": [' + b"[" * depth + b"]" * depth + b"]}"
+
+
+def special(kind: str) -> Callable[[Path], Path]:
+    def build(folder: Path) -> Path:
+        path = folder / (STEM + ".pt.trace.json")
+        if kind == "fifo":
+            os.mkfifo(path)
+        elif kind == "devzero":
+            path.symlink_to("/dev/zero")
+        elif kind == "dangling":
+            path.symlink_to(folder / "nowhere.json")
+        elif kind == "dir":
+            path.mkdir()
+            (path / "x.txt").write_text("not a trace")
+        return path
+    return build
+
+
+def nsight_of_another_job(folder: Path) -> Path:
+    sys.path.insert(0, str(ROOT))
+    from tests.nsys_fixtures import single_rank_report
+
+    path = folder / "rank0.sqlite"
+    single_rank_report(path)
+    return path
+
+
+def shuffled(d: Doc) -> None:
+    random.Random(32).shuffle(d["traceEvents"])
+
+
+def reorder_keys(d: Doc) -> Doc:
+    d["traceEvents"] = [dict(sorted(e.items())) for e in d["traceEvents"]]
+    return dict(sorted(d.items()))
+
+
+def duplicate(which: str) -> Callable[[Doc], None]:
+    def mutate(d: Doc) -> None:
+        ev = d["traceEvents"]
+        if which == "one":
+            ev.append(copy.deepcopy(compute_kernel(d)))
+        elif which == "kernels":
+            ev.extend(copy.deepcopy(kernels(d)))
+        elif which == "gpu":
+            ev.extend(copy.deepcopy([e for e in ev if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]))
+    return mutate
+
+
+def shift_days(days: float) -> Callable[[Doc], None]:
+    def mutate(d: Doc) -> None:
+        d["baseTimeNanoseconds"] = int(d["baseTimeNanoseconds"] + days * 86400e9)
+    return mutate
+
+
+def pg_disagree(d: Doc) -> None:
+    for pg in d["distributedInfo"]["pg_config"]:
+        if pg["pg_name"] == "1":
+            pg["ranks"] = [0, 3]
+
+
+def minified(gz: bool) -> Callable[[Path], Path]:
+    return lambda folder: write(folder, json.dumps(base(), separators=(",", ":")), gz)
+
+
+def pretty(gz: bool) -> Callable[[Path], Path]:
+    return lambda folder: write(folder, json.dumps(base(), indent=1), gz)
+
+
+def _bom(gz: bool) -> Callable[[Path], Path]:
+    return lambda folder: write(folder, b"\xef\xbb\xbf" + gzip.decompress(RANK0.read_bytes()), gz)
+
+
+def crlf(t: str) -> str:
+    return t.replace("\n", "\r\n")
+
+
+def extra_keys(d: Doc) -> None:
+    for e in d["traceEvents"]:
+        if isinstance(e, dict):
+            e["zz_unknown"] = {"a": [1, 2, {"b": None}]}
+    d["zz_top"] = ["x"] * 10
+
+
+def metadata_events(d: Doc) -> None:
+    d["traceEvents"][:0] = [{"ph": "M", "name": "process_name", "pid": 9, "args": {"name": "x"}},
+                            {"ph": "i", "cat": "instant", "name": "mark", "pid": 9, "tid": 9, "ts": 1.0, "s": "g"}]
+
+
+def giant_name(d: Doc) -> None:
+    e = compute_kernel(d)
+    e["name"] = e["name"] + "_" + "x" * (8 << 20)
+
+
+def drop_key(key: str) -> Callable[[Doc], None]:
+    def mutate(d: Doc) -> None:
+        d.pop(key, None)
+    return mutate
+
+
+def events_are(value: Any) -> Callable[[Doc], None]:
+    def mutate(d: Doc) -> None:
+        d["traceEvents"] = value
+    return mutate
+
+
+def insert_event(value: Any) -> Callable[[Doc], None]:
+    def mutate(d: Doc) -> None:
+        d["traceEvents"].insert(5, value)
+    return mutate
+
+
+def cases() -> list[Case]:
+    c = compute_kernel
+    n = nccl_kernel
+    out: list[Case] = []
+
+    def add(name: str, build: Callable[[Path], Path], single: str, folder: str | None = None, expect: str = "",
+            **options: Any) -> None:
+        out.append(Case(name, build, single, folder or single, expect, options))
+
+    # ---- neutral: order, whitespace, BOM, layout, compression (identical numbers)
+    add("reversed events", doc_case(lambda d: d["traceEvents"].reverse()), "same")
+    add("shuffled events", doc_case(shuffled), "same")
+    add("sorted keys", doc_case(reorder_keys), "same")
+    add("kineto layout, plain", doc_case(lambda d: None, gz=False), "same")
+    add("kineto layout, gzip", doc_case(lambda d: None), "same")
+    for gz in (False, True):
+        tag = "gzip" if gz else "plain"
+        add(f"minified, {tag}", minified(gz), "same")
+        add(f"indent 1, {tag}", pretty(gz), "same")
+        add(f"UTF-8 BOM, {tag}", _bom(gz), "same")
+        add(f"CRLF line ends, {tag}", text_case(crlf, gz), "same")
+        for mib in (1, 20):
+            add(f"{mib} MiB whitespace after '[', {tag}", text_case(whitespace_after_bracket(mib << 20), gz), "same")
+        add(f"whitespace before the document, {tag}", text_case(lambda t: "\n" * 4096 + t, gz), "same")
+        add(f"whitespace after the document, {tag}", text_case(lambda t: t + " \n" * 4096, gz), "same")
+    add("gzip, two members", gz_multimember, "same")
+    add("extra unknown keys", doc_case(extra_keys), "same")
+    add("metadata and instant events", doc_case(metadata_events), "same")
+    add("8 MiB kernel name", doc_case(giant_name), "same")
+    add("baseTime 3 days later", doc_case(shift_days(3)), "same", "exit2", r"days apart")
+    add("world_size 8", doc_case(info(world_size=8)), "same", "exit2", r"world size")
+    add("world_size 2", doc_case(info(world_size=2)), "exit2", "exit2", r"world size|world_size")
+    add("rank says 1", doc_case(info(rank=1)), "same", "exit2", r"rank 1 appears twice")
+    add("process groups disagree", doc_case(pg_disagree), "same", "exit2", r"process group")
+
+    # ---- truncations and corrupt compression (exit 2 alone; skipped and named in a folder)
+    for frac in (0.0001, 0.01, 0.1, 0.5, 0.9, 0.999, 0.99999):
+        add(f"truncated at {frac:.3%}", bytes_case(truncate(frac)), "exit2", "skip",
+            r"not valid JSON|truncated|not a valid Kineto|is empty")
+    add("gzip cut in half", bytes_case(gz_truncated, name=STEM + ".pt.trace.json.gz"), "exit2", "skip",
+        r"truncated or corrupt gzip")
+    add("gzip with corrupt bytes", bytes_case(gz_corrupt, name=STEM + ".pt.trace.json.gz"), "exit2", "skip",
+        r"corrupt gzip")
+
+    # ---- limits: inflated size, nesting depth, events per rank
+    add("gzip bomb: 2.24 GiB of whitespace", gz_bomb(2405 << 20), "exit2", "skip", r"inflates|inflate")
+    add("gzip bomb, limit 64 MiB", gz_bomb(200 << 20), "exit2", "skip", r"inflates", max_inflated_bytes=64 << 20)
+    add("real rank, inflated limit 1 MiB", doc_case(lambda d: None), "exit2", "skip", r"inflates",
+        max_inflated_bytes=1 << 20)
+    add("real rank, 1000 events limit", doc_case(lambda d: None), "exit2", "skip", r"more than 1,000 events",
+        max_events=1000)
+    add("real rank, events limit raised", doc_case(lambda d: None), "same", max_events=10_000_000)
+    for depth in (65, 1000, 100_000):
+        add(f"args nested {depth} deep", nested_args(depth), "exit2", "skip", r"nest")
+    add("document nested 1e6 deep", bytes_case(lambda: deep_document(1_000_000)), "exit2", "skip", r"nest")
+    add("args nested 65 deep, depth limit raised", nested_args(65), "same", max_json_depth=100)
+
+    # ---- impossible times on one kernel: dropped or clipped, counted, said
+    for label, pick in (("compute kernel", c), ("NCCL kernel", n)):
+        for key in ("ts", "dur"):
+            for v, vname in ((None, "null"), (float("nan"), "NaN"), (1e30, "1e30"), (-1e30, "-1e30"),
+                             ("12", "a string"), (float("inf"), "Infinity")):
+                if key == "dur" and vname == "a string":
+                    continue
+                add(f"{label} {key} {vname}", doc_case(set_field(pick, key, v), gz=False), "warn",
+                    expect=r"dropped 1 of \d+ GPU events")
+        add(f"{label} ts -5", doc_case(set_field(pick, "ts", -5.0)), "warn", expect=r"dropped 1 of")
+        add(f"{label} dur -1", doc_case(set_field(pick, "dur", -1.0)), "warn", expect=r"dropped 1 of")
+        add(f"{label} dur 1e15", doc_case(set_field(pick, "dur", 1e15)), "warn", expect=r"longer than")
+        add(f"{label} no ts", doc_case(set_field(pick, "ts", _DELETE)), "warn", expect=r"dropped 1 of")
+        add(f"{label} no dur", doc_case(set_field(pick, "dur", _DELETE)), "warn", expect=r"dropped 1 of")
+        add(f"{label} over the next 3 kernels on its stream", doc_case(lambda d, p=pick: stretch_over_next(d, p, 3)),
+            "warn", expect=r"overlap")
+    add("every kernel ts 1e30", doc_case(lambda d: _all(d, "ts", 1e30)), "warn", expect=r"dropped \d+ of")
+    add("every GPU event dur -1", doc_case(lambda d: [e.__setitem__("dur", -1) for e in d["traceEvents"]
+                                                      if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]),
+        "exit2", "skip", r"all \d+ GPU events")
+
+    # ---- names: null, wrong type, empty: counted, never guessed
+    for label, pick in (("compute kernel", c), ("NCCL kernel", n)):
+        for v, vname in ((None, "null"), (42, "a number"), ("", "empty"), ({"a": 1}, "an object")):
+            add(f"{label} name {vname}", doc_case(set_field(pick, "name", v)), "warn", expect=r"no name")
+        add(f"{label} no name", doc_case(set_field(pick, "name", _DELETE)), "warn", expect=r"no name")
+        add(f"{label} ph B", doc_case(set_field(pick, "ph", "B")), "warn", expect=r"not complete")
+        add(f"{label} no ph", doc_case(set_field(pick, "ph", _DELETE)), "warn", expect=r"not complete")
+
+    # ---- duplicates
+    add("one kernel twice", doc_case(duplicate("one")), "warn", expect=r"duplicate")
+    add("every kernel twice", doc_case(duplicate("kernels")), "warn", expect=r"duplicate")
+    add("every GPU event twice", doc_case(duplicate("gpu")), "warn", expect=r"duplicate")
+
+    # ---- wrong types and missing keys
+    add("no traceEvents", doc_case(drop_key("traceEvents")), "exit2", "skip", r"no traceEvents")
+    add("traceEvents {}", doc_case(events_are({})), "exit2", "skip", r"not a valid Kineto")
+    add("traceEvents a string", doc_case(events_are("x")), "exit2", "skip", r"not a valid Kineto")
+    add("traceEvents null", doc_case(events_are(None)), "exit2", "skip", r"not a valid Kineto")
+    add("traceEvents []", doc_case(events_are([])), "exit2", "skip", r"no GPU activity")
+    add("an event that is a number", doc_case(insert_event(7)), "exit2", "skip", r"not a valid Kineto")
+    add("an event that is null", doc_case(insert_event(None)), "exit2", "skip", r"not a valid Kineto")
+    add("kernel args a list", doc_case(set_field(c, "args", [1, 2])), "exit2", "skip", r"not a valid Kineto")
+    add("no distributedInfo", doc_case(drop_key("distributedInfo")), "warn", expect=r"taken from the file name")
+    add("distributedInfo null", doc_case(lambda d: d.__setitem__("distributedInfo", None)), "warn",
+        expect=r"taken from the file name")
+    add("distributedInfo.rank -3", doc_case(info(rank=-3)), "exit2", "skip", r"distributedInfo\.rank is -3")
+    add("distributedInfo.rank 7 of 4", doc_case(info(rank=7)), "exit2", "exit2", r"rank 7")
+    add("distributedInfo.rank a string", doc_case(info(rank="zero")), "warn", expect=r"taken from the file name")
+    add("world_size a string", doc_case(info(world_size="four")), "same")
+    add("pg_config a string", doc_case(info(pg_config="nonsense")), "same")
+
+    # ---- whole-file replacements
+    add("empty file", bytes_case(lambda: b""), "exit2", "skip", r"is empty")
+    add("empty gzip", bytes_case(lambda: b"", gz=True), "exit2", "skip", r"empty")
+    add("[]", bytes_case(lambda: b"[]"), "exit2", "skip", r"not a valid Kineto|not a profiler trace")
+    add("{}", bytes_case(lambda: b"{}"), "exit2", "skip", r"no traceEvents")
+    add("one giant JSON string", bytes_case(lambda: b'"' + b"a" * (16 << 20) + b'"'), "exit2", "skip",
+        r"not a valid Kineto|not a profiler trace")
+    add("binary garbage", bytes_case(lambda: os.urandom(1 << 16)), "exit2", "skip", r"not valid JSON|not a")
+    add("link to /dev/zero", special("devzero"), "exit2", "skip", r"character device")
+    add("FIFO", special("fifo"), "exit2", "skip", r"FIFO")
+    add("dangling link", special("dangling"), "exit2", "skip", r"does not exist|cannot be read|dangling")
+    add("Nsight report of another job", nsight_of_another_job, "same-other", "exit2", r"formats|format")
+    return out
+
+
+# ------------------------------------------------------------------------------------------ running and classifying
+
+
+def _numbers(a: Any) -> list[tuple]:
+    """What a silent change would show in: every per-rank number (rounded to 1 ps), and the match counts."""
+    rows = []
+    for r in a.ranks.iter_rows(named=True):
+        rows.append(tuple(round(v, 9) if isinstance(v, float) and not math.isnan(v) else v for v in r.values()))
+    return rows + [tuple(sorted((k, v) for k, v in a.matching.items() if isinstance(v, (int, float))))]
+
+
+def observe(paths: list[str], options: dict) -> dict:
+    """Analyze in this process; the outcome as plain data (picklable)."""
+    from analyzer import analyze
+    from analyzer.errors import CommscopeError
+
+    try:
+        a = analyze(*paths, jobs=1, cache=False, **options)
+    except CommscopeError as exc:
+        return {"kind": "error", "message": str(exc)}
+    except BaseException as exc:  # noqa: BLE001 - the corpus records tracebacks, it does not raise them
+        import traceback
+
+        return {"kind": "traceback", "message": f"{type(exc).__name__}: {exc}"[:500],
+                "trace": traceback.format_exc()[-3000:]}
+    return {"kind": "ok", "numbers": _numbers(a), "warnings": list(a.warnings), "skipped": a.source.get("skipped", []),
+            "ranks": list(a.source["ranks"])}
+
+
+def classify(case: Case, mode: str, got: dict, baseline: dict) -> tuple[str, str]:
+    """(outcome class, detail): same, warn, skip, exit2, silent, traceback, hang."""
+    if got["kind"] in ("traceback", "hang", "build"):
+        return got["kind"], got.get("message", "")
+    if got["kind"] == "error":
+        return "exit2", got["message"]
+    new = [w for w in got["warnings"] if w not in baseline["warnings"]]
+    if got["skipped"]:
+        return "skip", "; ".join(s["reason"] for s in got["skipped"])
+    if new:
+        return "warn", " | ".join(new)
+    if got["numbers"] == baseline["numbers"] and got["ranks"] == baseline["ranks"]:
+        return "same", ""
+    if case.single == "same-other" and mode == "single":
+        return "same", "another job's trace"  # not a mutation of rank 0: nothing to compare with
+    return "silent", "numbers changed without a warning"
+
+
+def matches(case: Case, mode: str, outcome: str, detail: str) -> bool:
+    want = case.single if mode == "single" else case.folder
+    want = "same" if want == "same-other" else want
+    if outcome != want:
+        return False
+    if outcome == "exit2":
+        return "\n" not in detail and (not case.expect or re.search(case.expect, detail) is not None)
+    if outcome in ("warn", "skip"):
+        return re.search(case.expect, detail) is not None
+    return True
+
+
+def _paths(case_path: Path, mode: str, folder: Path) -> list[str]:
+    if mode == "single":
+        return [str(case_path)]
+    for other in sorted(HYBRID.glob("rank[123].*.pt.trace.json.gz")):
+        (folder / other.name).symlink_to(other)
+    return [str(folder)]
+
+
+def run_one(case: Case, mode: str, scratch: str) -> dict:
+    """Build the case in a fresh folder of ``scratch`` and analyze it (in a worker process)."""
+    folder = Path(scratch) / f"{mode}-{abs(hash(case.name)) % 10**9}"
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    try:
+        try:
+            built = case.build(folder)
+        except Exception as exc:  # noqa: BLE001 - a corpus bug, reported as such
+            return {"kind": "build", "message": f"the corpus could not build this case: {type(exc).__name__}: {exc}"}
+        return observe(_paths(built, mode, folder), case.options)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _cases_by_name() -> dict[str, Case]:
+    return {c.name: c for c in cases()}
+
+
+def _run_named(name: str, mode: str, scratch: str) -> dict:
+    return run_one(_cases_by_name()[name], mode, scratch)
+
+
+def baselines() -> dict[str, dict]:
+    return {"single": observe([str(RANK0)], {}), "folder": observe([str(HYBRID)], {})}
+
+
+def _serve(conn: Any, scratch: str) -> None:
+    """A worker: run the cases it is sent until it gets None."""
+    while True:
+        msg = conn.recv()
+        if msg is None:
+            return
+        conn.send(_run_named(msg[0], msg[1], scratch))
+
+
+class _Worker:
+    def __init__(self, ctx: Any, scratch: str) -> None:
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_serve, args=(child, scratch), daemon=True)
+        self.proc.start()
+        child.close()
+        self.task: tuple[Case, str] | None = None
+        self.deadline = 0.0
+
+    def stop(self) -> None:
+        self.proc.kill()
+        self.proc.join(5)
+
+
+def run_corpus(scratch: Path, workers: int = 2, timeout: float = TIMEOUT_S,
+               selected: list[Case] | None = None) -> list[dict]:
+    """Every case in both modes, each under ``timeout`` in a worker process (a hang is killed and recorded)."""
+    import multiprocessing
+    import time
+    from multiprocessing.connection import wait
+
+    todo = [(c, m) for c in (selected or cases()) for m in ("single", "folder")]
+    base_out = baselines()
+    ctx = multiprocessing.get_context("spawn")
+    pool = [_Worker(ctx, str(scratch)) for _ in range(max(1, min(workers, len(todo))))]
+    done: dict[tuple[str, str], dict] = {}
+    pending = list(reversed(todo))
+    try:
+        while len(done) < len(todo):
+            for w in pool:
+                if w.task is None and pending:
+                    w.task, w.deadline = pending.pop(), time.monotonic() + timeout
+                    w.conn.send((w.task[0].name, w.task[1]))
+            busy = [w for w in pool if w.task is not None]
+            ready = wait([w.conn for w in busy], timeout=max(0.0, min(w.deadline for w in busy) - time.monotonic()))
+            for i, w in enumerate(pool):
+                if w.task is None:
+                    continue
+                got = None
+                if w.conn in ready:
+                    try:
+                        got = w.conn.recv()
+                    except (EOFError, OSError) as exc:
+                        got = {"kind": "traceback", "message": f"worker died: {type(exc).__name__} "
+                                                               f"(exit code {w.proc.exitcode})"}
+                elif time.monotonic() > w.deadline:
+                    got = {"kind": "hang", "message": f"no answer in {timeout:.0f} s"}
+                if got is None:
+                    continue
+                done[(w.task[0].name, w.task[1])] = got
+                if got["kind"] in ("hang", "traceback") and got.get("message", "").startswith(("no answer", "worker")):
+                    w.stop()
+                    pool[i] = _Worker(ctx, str(scratch))
+                else:
+                    w.task = None
+    finally:
+        for w in pool:
+            try:
+                w.conn.send(None)
+            except OSError:
+                pass
+            w.stop()
+    results = []
+    for c, m in todo:
+        got = done[(c.name, m)]
+        outcome, detail = classify(c, m, got, base_out[m])
+        results.append({"case": c.name, "mode": m, "outcome": outcome, "detail": detail,
+                        "ok": matches(c, m, outcome, detail), "trace": got.get("trace", "")})
+    return results
+
+
+def table(results: list[dict]) -> str:
+    counts = Counter(r["outcome"] for r in results)
+    order = ("same", "warn", "skip", "exit2", "silent", "traceback", "hang", "build")
+    lines = [f"{len({r['case'] for r in results})} cases x 2 uses = {len(results)} runs; "
+             f"{sum(r['ok'] for r in results)} as expected"]
+    lines.append("  ".join(f"{k}: {counts.get(k, 0)}" for k in order))
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    import argparse
+    import tempfile
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("-k", help="only cases whose name contains this")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("-v", action="store_true", help="print every run, not only the unexpected ones")
+    args = ap.parse_args()
+    sel = [c for c in cases() if not args.k or args.k in c.name]
+    with tempfile.TemporaryDirectory(prefix="cs-corpus-") as tmp:
+        res = run_corpus(Path(tmp), args.workers, selected=sel)
+    for r in res:
+        if args.v or not r["ok"]:
+            print(f"{'ok ' if r['ok'] else 'BAD'} {r['mode']:6} {r['outcome']:9} {r['case']}: {r['detail'][:300]}")
+    print(table(res))
