@@ -210,6 +210,8 @@ def export(paths: tuple[Path, ...], output: Path, fmt: str | None, steps_sel: st
                        ranks=ranks, steps=steps_sel, window=window, host=host_activity)
         dropped = f"; {n['dropped']} slices overlapping beyond {n['max_lanes']} lanes left out" if n["dropped"] else ""
         click.echo(f"wrote {output}: {n['ranks']} ranks, {n['slices']} slices{dropped}", err=True)
+        for reason in n.get("skipped", []):  # a rank left out of the trace is named, as in every report
+            click.echo(f"skipped {reason}", err=True)
 
     _guard(run)
 

@@ -19,10 +19,11 @@ from pathlib import Path
 import polars as pl
 
 from . import collectives
+from .consistency import check_job
 from .errors import CommscopeError, TraceError, UsageError
 from .hygiene import drop_invalid_gpu
 from .ingest import ReadOptions, reader_for
-from .ingest.discover import TraceFile, discover
+from .ingest.discover import TraceFile, discover_all
 from .ingest.limits import DEFAULT as DEFAULT_LIMITS
 from .ingest.limits import Limits
 from .model import (
@@ -36,6 +37,7 @@ from .model import (
     conform,
 )
 from .ranklist import compact
+from .sanity import check_gpu
 from .timeline import MIN_STEP_COVERAGE, gpu_step_windows, host_step_windows, step_coverage, tile_steps
 from .workers import no_main_reimport, prestart, worker_context
 
@@ -193,8 +195,8 @@ def _from_workers(stored: list[_Stored]) -> list[list[RankTrace] | None]:
 
 def load(paths: list[Path], options: LoadOptions | None = None) -> TraceSet:
     options = options or LoadOptions()
-    files = discover(paths)
-    results = _read_all(files, options)
+    files, set_aside = discover_all(paths)
+    results = [*set_aside, *_read_all(files, options)]
     if options.cache and not options.scheduler:
         from .cachedir import mark_seen
 
@@ -213,11 +215,13 @@ def load(paths: list[Path], options: LoadOptions | None = None) -> TraceSet:
             raise TraceError(skipped[0].path, skipped[0].reason.split(": ", 1)[-1])
         raise UsageError("no rank could be read: " + "; ".join(s.reason for s in skipped))
     traces, warnings = _settle_ranks(traces)
+    warnings += check_job(traces)  # ranks that cannot be one job: one line, exit 2
     if options.ranks is not None:
         traces = [t for t in traces if t.meta.rank in options.ranks]
         if not traces:
             raise UsageError(f"none of the requested ranks {list(options.ranks)} is in the traces")
-    warnings += dropped + [f"skipped {s.path}: {s.reason}" for s in skipped]
+    warnings += dropped + [f"skipped {s.reason}" if s.reason.startswith(s.path) else f"skipped {s.path}: {s.reason}"
+                           for s in skipped]
     return assemble(traces, skipped, warnings, options.step_marker)
 
 
@@ -356,6 +360,8 @@ def assemble(traces: list[RankTrace], skipped: list[Skipped], warnings: list[str
              step_marker: str | None = None) -> TraceSet:
     gpu = _concat(GPU_SCHEMA, [t.gpu for t in traces])
     cpu = _concat(CPU_SCHEMA, [t.cpu for t in traces])
+    gpu, sane = check_gpu(gpu, cpu)  # duplicates, impossible lengths, stream overlaps, unnamed kernels: said
+    warnings.extend(sane)
     calls = _concat(COMM_CALL_SCHEMA, [t.comm_calls for t in traces])
     host_steps = [t.steps for t in traces if not t.steps_on_gpu]
     gpu_steps = [t.steps for t in traces if t.steps_on_gpu]
