@@ -1,10 +1,12 @@
-"""How deeply a JSON document nests, without parsing it: the ``max_json_depth`` limit, checked before msgspec.
+"""How deeply a JSON document nests, without parsing it: the ``max_json_depth`` limit.
 
 msgspec recurses once per level (Python's recursion limit stops it near 1,000 with a RecursionError), and an event
 nested deep in ``args`` costs a Python object per level. This check runs at memory speed instead: per 32 MiB,
 escapes are removed (``\\\\`` then ``\\"``), ``bytes.translate`` keeps only ``{}[]"`` (~15% of a Kineto file),
 empty strings (all but a few, once their text is gone) are dropped, and on what is left (~3% of the file) numpy
-tells brackets inside strings by the parity of the quotes before them and takes the maximum running depth.
+tells brackets inside strings by the parity of the quotes before them and takes the maximum running depth. That is
+~1 ms per MB, so the block path (``kineto_blocks``) checks only the header and the few events whose count of
+'[' and '{' could exceed the limit; the other paths check the whole document.
 """
 
 from __future__ import annotations
@@ -43,4 +45,15 @@ def depth(data: bytes | memoryview) -> int:
     return int(np.cumsum(np.where(outside, step, 0), dtype=np.int64).max())
 
 
-__all__ = ["depth"]
+class TooDeep(Exception):
+    """Nesting past the limit; ``args[0]`` is the depth found (the reader words it with the file's name)."""
+
+
+def check(data: bytes | memoryview, limit: int, outer: int = 0) -> None:
+    """Raise ``TooDeep`` where ``data`` nests deeper than ``limit`` when it sits ``outer`` levels deep."""
+    found = depth(data) + outer
+    if found > limit:
+        raise TooDeep(found)
+
+
+__all__ = ["TooDeep", "check", "depth"]

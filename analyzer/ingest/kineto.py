@@ -115,34 +115,34 @@ def read_tables(path: Path, options: ReadOptions, cpu_ops: bool = True) -> list[
     except TooManyEvents as exc:
         raise TraceError(path, f"has more than {options.limits.max_events:,} events for the tables ({exc.args[0]:,} "
                          "read so far; the events-per-rank limit)", "raise --max-events if the trace is real") from None
+    except json_depth.TooDeep as exc:
+        raise TraceError(path, f"nests JSON {exc.args[0]:,} levels deep, past the limit of "
+                         f"{options.limits.max_json_depth} (a profiler writes ~7)",
+                         "raise --max-json-depth if the trace is real") from None
     except RecursionError:
         raise TraceError(path, "nests JSON deeper than the parser can follow", "lower --max-json-depth or "
                          "re-export the trace") from None
 
 
-def _check_depth(path: Path, data: Buffer, limit: int) -> None:
-    deepest = json_depth.depth(data)
-    if deepest > limit:
-        raise TraceError(path, f"nests JSON {deepest:,} levels deep, past the limit of {limit} (a profiler writes ~7)",
-                         "raise --max-json-depth if the trace is real")
-
-
 def _read_tables(path: Path, options: ReadOptions, cpu_ops: bool) -> list[RankTrace]:
     data = _file_bytes(path, options.limits)
-    _check_depth(path, data, options.limits.max_json_depth)
+    limit = options.limits.max_json_depth
     sel = None
     try:
         header = _HEADER.decode(data)  # validates every byte once, for both number paths
-    except (msgspec.MsgspecError, UnicodeDecodeError):
+    except (msgspec.MsgspecError, UnicodeDecodeError, RecursionError):
         header = None  # the exact path words the error
     if header is not None:
-        sel = block_select(data, header, options, cpu_ops) if len(data) >= _BLOCKS_FROM else None
+        sel = block_select(data, header, options, cpu_ops) if len(data) >= _BLOCKS_FROM else None  # checks depth
         if sel is None:
+            json_depth.check(data, limit)
             sel = scan_select(data, header, options, cpu_ops)
         if sel is None:
             sel = _fast_select(header, options, cpu_ops)
         header.traceEvents = _EMPTY  # drop the view into ``data``
     if sel is None:  # exact text path: same selection over raw-timestamp events
+        if header is None:
+            json_depth.check(data, limit)
         trace = _decode_with(_DECODER, data, path)
         del data
         sel = _Selection(trace, options, cpu_ops)
@@ -159,7 +159,9 @@ def _read_tables(path: Path, options: ReadOptions, cpu_ops: bool) -> list[RankTr
 
 def read_tables_exact(path: Path, options: ReadOptions, cpu_ops: bool = True) -> list[RankTrace]:
     """The text-timestamp path only (reference for tests and the fallback)."""
-    trace = decode(path, options.limits)
+    data = read_bytes(path, options.limits)
+    json_depth.check(data, options.limits.max_json_depth)
+    trace = _decode_with(_DECODER, data, path)
     sel = _Selection(trace, options, cpu_ops)
     sel.feed(trace.traceEvents)
     return [_rank_trace(path, _rank_meta(path, trace, options, sel.not_complete), sel.tables(_text_times))]

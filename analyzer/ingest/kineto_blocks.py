@@ -21,6 +21,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
+from . import json_depth
 from .kineto_events import _CHUNK_EVENTS, _EVENT, Buffer, _Event, _Header, _Selection
 from .kineto_scan import _EVENTS_KEY, _SCAN_CATS, _number, _Resident
 from .kineto_tables import _CPU_CATS, _GPU_CATS
@@ -85,6 +86,8 @@ def block_select(data: Buffer, header: _Header, options: ReadOptions, cpu_ops: b
     opener = _opener(data, lo, hi)
     if opener is None:
         return None
+    limit = options.limits.max_json_depth
+    json_depth.check(bytes(data[:lo]) + bytes(data[hi:]), limit)  # the header, around the events
     hits_re = _HITS_WITH_OPS if cpu_ops else _HITS
     starts: list[np.ndarray] = []
     tails: list[np.ndarray] = []  # each block's end before its separator
@@ -113,8 +116,16 @@ def block_select(data: Buffer, header: _Header, options: ReadOptions, cpu_ops: b
             pl.col("t").str.contains(hits_re).alias("hit"),
             pl.col("t").str.extract(_CORR).alias("c"),
             pl.col("t").str.contains(_TWO_RX).alias("two"),
+            pl.col("t").str.count_matches(r"[\[{]", literal=False).alias("open"),
         )
         del col
+        # an event nests at most as deep as its count of '[' and '{' (2 levels in: the document, the array);
+        # only the rare block whose count passes the limit is measured exactly
+        deep = np.flatnonzero(frame["open"].to_numpy() + 2 > limit)
+        if deep.size:
+            ends = np.r_[s[1:], cut]
+            for i in deep.tolist():
+                json_depth.check(data[int(s[i]) : int(ends[i])], limit, outer=2)
         c = frame["c"]
         hit, two = frame["hit"].to_numpy(), frame["two"].to_numpy()
         got = _decode(data, s, tail, np.flatnonzero(hit), two)
