@@ -62,7 +62,7 @@ def render(a: Analysis, width: int | None = None, color: bool = False, show_step
               + (f" of {declared}" if declared else ""))
     for s in src.get("skipped", []):  # a rank left out is said first, never only at the end
         said = s["reason"] if s["reason"].startswith(s["path"]) else f"{s['path']}: {s['reason']}"
-        con.print(f"[red]skipped[/red] {escape(said)}")
+        con.print(f"[red]skipped[/red] {escape(said)}", soft_wrap=True)  # one line each: grep finds the file
     for line in headline(a):
         con.print(line)
     if lead := whatif_sentence(a):
