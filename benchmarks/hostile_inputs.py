@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests import hostile_corpus as hc  # noqa: E402
+from tests import hostile_mutations as hm  # noqa: E402
 
 
 def measure(path: Path, runs: int, timeout: float) -> tuple[float, float, float, int, int]:
@@ -59,19 +59,19 @@ def measure(path: Path, runs: int, timeout: float) -> tuple[float, float, float,
 def build(folder: Path, mibs: list[int]) -> list[tuple[str, Path]]:
     """The inputs, written to ``folder``; its big buffers are freed on return (a child forked from a process
     keeps that process's peak RSS as its own ru_maxrss)."""
-    raw = gzip.decompress(hc.RANK0.read_bytes())
-    cases: list[tuple[str, Path]] = [("real rank (2.7 MB inflated)", hc.RANK0)]
+    raw = gzip.decompress(hm.RANK0.read_bytes())
+    cases: list[tuple[str, Path]] = [("real rank (2.7 MB inflated)", hm.RANK0)]
     for mib in mibs:
         padded = raw.replace(b'"traceEvents": [', b'"traceEvents": [' + b" " * (mib << 20), 1)
         for gz in (False, True):
-            path = folder / f"pad{mib}{'.gz' if gz else ''}" / (hc.STEM + (".pt.trace.json.gz" if gz else
+            path = folder / f"pad{mib}{'.gz' if gz else ''}" / (hm.STEM + (".pt.trace.json.gz" if gz else
                                                                             ".pt.trace.json"))
             path.parent.mkdir()
             path.write_bytes(gzip.compress(padded, 6) if gz else padded)
             cases.append((f"{mib} MiB padding after '[', {'gzip' if gz else 'plain'}", path))
     bomb = folder / "bomb"
     bomb.mkdir()
-    cases.append(("gzip bomb: 2.3 MB -> 2.24 GiB of whitespace", hc.gz_bomb(2405 << 20)(bomb)))
+    cases.append(("gzip bomb: 2.3 MB -> 2.24 GiB of whitespace", hm.gz_bomb(2405 << 20)(bomb)))
     return cases
 
 

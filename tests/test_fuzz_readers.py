@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests import fuzz_contract as fc
-from tests import hostile_corpus as hc
+from tests import hostile_mutations as hm
 
 SETTINGS = settings(max_examples=12, deadline=None, derandomize=True, database=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
@@ -43,7 +43,7 @@ def _set(event: dict, field: str, value: Any) -> None:
 
 def _write(doc: dict, name: str, gz: bool, layout: str = "kineto", bom: bool = False, pad: int = 0) -> Path:
     if layout == "kineto":
-        text = hc.kineto_text(doc)
+        text = hm.kineto_text(doc)
     elif layout == "minified":
         text = json.dumps(doc, separators=(",", ":"))
     else:
@@ -66,7 +66,7 @@ def _check(base: fc.Outcome, path: Path, neutral: bool) -> None:
 
 @cache
 def _real_base() -> fc.Outcome:
-    return fc.run([hc.RANK0])
+    return fc.run([hm.RANK0])
 
 
 def _gpu_events(doc: dict) -> list[dict]:
@@ -78,28 +78,28 @@ def _gpu_events(doc: dict) -> list[dict]:
 @given(seed=st.integers(0, 2**32 - 1), layout=st.sampled_from(["kineto", "minified", "indent"]), bom=st.booleans(),
        gz=st.booleans(), pad=st.integers(0, 1 << 16))
 def test_real_rank_neutral_mutations_keep_every_number(seed: int, layout: str, bom: bool, gz: bool, pad: int) -> None:
-    doc = hc.base()
+    doc = hm.base()
     random.Random(seed).shuffle(doc["traceEvents"])
-    _check(_real_base(), _write(doc, hc.STEM, gz, layout, bom, pad), neutral=True)
+    _check(_real_base(), _write(doc, hm.STEM, gz, layout, bom, pad), neutral=True)
 
 
 @SETTINGS
 @given(picks=st.lists(st.tuples(st.integers(0, 10**6), st.sampled_from(FIELDS), HOSTILE), min_size=1, max_size=3),
        gz=st.booleans())
 def test_real_rank_hostile_values_are_refused_or_said(picks: list, gz: bool) -> None:
-    doc = hc.base()
+    doc = hm.base()
     events = _gpu_events(doc)
     for i, field, value in picks:
         _set(events[i % len(events)], field, copy.deepcopy(value))
-    _check(_real_base(), _write(doc, hc.STEM, gz), neutral=False)
+    _check(_real_base(), _write(doc, hm.STEM, gz), neutral=False)
 
 
 @SETTINGS
 @given(cut=st.floats(0.0, 1.0), gz=st.booleans())
 def test_real_rank_truncated_anywhere_is_one_line(cut: float, gz: bool) -> None:
-    raw = gzip.decompress(hc.RANK0.read_bytes())
+    raw = gzip.decompress(hm.RANK0.read_bytes())
     raw = raw[: int(len(raw) * cut)]
-    path = SCRATCH / (hc.STEM + (".pt.trace.json.gz" if gz else ".pt.trace.json"))
+    path = SCRATCH / (hm.STEM + (".pt.trace.json.gz" if gz else ".pt.trace.json"))
     path.write_bytes(gzip.compress(raw, 1) if gz else raw)
     with fc.time_limit(120):
         got = fc.run([path])

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests import hostile_corpus as hc
+from tests import hostile_mutations as hm
 from tests.conftest import ROOT
 
 CASES = hc.cases()
@@ -58,13 +59,13 @@ def _folder_with(tmp_path: Path, build) -> tuple[Path, Path]:
     folder = tmp_path / "job"
     folder.mkdir()
     bad = build(folder)
-    for other in sorted(hc.HYBRID.glob("rank[123].*.pt.trace.json.gz")):
+    for other in sorted(hm.HYBRID.glob("rank[123].*.pt.trace.json.gz")):
         (folder / other.name).symlink_to(other)
     return folder, bad
 
 
 def test_cli_names_an_empty_rank_first_and_in_json(tmp_path: Path) -> None:
-    folder, bad = _folder_with(tmp_path, hc.bytes_case(lambda: b""))
+    folder, bad = _folder_with(tmp_path, hm.bytes_case(lambda: b""))
     res = _cli("analyze", folder, "--no-cache", "-j", "1")
     assert res.returncode == 0, res.stderr
     first = res.stdout.splitlines()[:3]
@@ -83,14 +84,14 @@ def test_cli_names_an_empty_rank_first_and_in_json(tmp_path: Path) -> None:
     (["--max-json-depth", "5"], "--max-json-depth"),
 ])
 def test_cli_limits_are_one_line(args: list[str], expect: str) -> None:
-    res = _cli("analyze", hc.RANK0, "--no-cache", *args)
+    res = _cli("analyze", hm.RANK0, "--no-cache", *args)
     lines = res.stderr.strip().splitlines()
     assert res.returncode == 2 and len(lines) == 1 and "Traceback" not in res.stderr, res.stderr
-    assert str(hc.RANK0) in lines[0] and expect in lines[0]
+    assert str(hm.RANK0) in lines[0] and expect in lines[0]
 
 
 def test_cli_gzip_bomb_is_refused(scratch: Path) -> None:
-    bomb = hc.bomb_file(scratch, 2405 << 20)  # the corpus's (built once)
+    bomb = hm.bomb_file(scratch, 2405 << 20)  # the corpus's (built once)
     assert bomb.stat().st_size < 3 << 20  # ~2.3 MB of gzip for 2.24 GiB of whitespace
     res = _cli("analyze", bomb, "--no-cache", timeout=60)
     lines = res.stderr.strip().splitlines()
@@ -98,28 +99,28 @@ def test_cli_gzip_bomb_is_refused(scratch: Path) -> None:
 
 
 def test_cli_huge_ts_is_one_warning(tmp_path: Path) -> None:
-    path = hc.doc_case(hc.set_field(hc.compute_kernel, "ts", 1e30))(tmp_path)
+    path = hm.doc_case(hm.set_field(hm.compute_kernel, "ts", 1e30))(tmp_path)
     res = _cli("analyze", path, "--no-cache", "--format", "json")
     assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
     assert any("dropped 1 of" in w for w in json.loads(res.stdout)["warnings"])
 
 
 def test_cli_negative_rank_is_precise(tmp_path: Path) -> None:
-    path = hc.doc_case(hc.info(rank=-3))(tmp_path)
+    path = hm.doc_case(hm.info(rank=-3))(tmp_path)
     res = _cli("analyze", path, "--no-cache")
     lines = res.stderr.strip().splitlines()
     assert res.returncode == 2 and len(lines) == 1 and "distributedInfo.rank is -3" in lines[0], res.stderr
 
 
 def test_cli_export_names_a_corrupt_rank(tmp_path: Path) -> None:
-    folder, bad = _folder_with(tmp_path, hc.bytes_case(hc.truncate(0.5)))
+    folder, bad = _folder_with(tmp_path, hm.bytes_case(hm.truncate(0.5)))
     res = _cli("export", folder, "-o", tmp_path / "out.pftrace", "--no-cache", "-j", "1")
     assert res.returncode == 0, res.stderr
     assert any(line.startswith("skipped") and bad.name in line for line in res.stderr.splitlines()), res.stderr
 
 
 def test_cli_world_size_lie_in_a_folder_is_refused(tmp_path: Path) -> None:
-    folder, bad = _folder_with(tmp_path, hc.doc_case(hc.info(world_size=8)))
+    folder, bad = _folder_with(tmp_path, hm.doc_case(hm.info(world_size=8)))
     res = _cli("analyze", folder, "--no-cache", "-j", "1")
     lines = res.stderr.strip().splitlines()
     assert res.returncode == 2 and len(lines) == 1 and "world size" in lines[0] and bad.name in lines[0], res.stderr
