@@ -18,14 +18,16 @@ __version__ = "0.1.0"
 
 
 def analyze(*paths: str | PathLike[str], ranks: Iterable[int] | None = None, step_marker: str | None = None,
-            jobs: int | None = None, cache: bool = True, rank_map: dict[str, int] | None = None) -> Analysis:
+            jobs: int | None = None, cache: bool = True, rank_map: dict[str, int] | None = None,
+            **limits: int) -> Analysis:
     """Analyze trace files or folders of ranks: the same ``Analysis`` that ``commscope analyze`` renders.
 
     Its tables (``ranks``, ``steps``, ``collectives``, ``bandwidth``, ``ranking``) are Polars DataFrames with the
     columns of the JSON report (times in ms); ``verdict``, ``clock``, ``matching``, ``warnings`` and ``source`` are
     the rest of it. Keywords match the CLI options: ``ranks`` (keep only these), ``step_marker`` (a regular
     expression for step annotations), ``jobs`` (worker processes; default: the cores), ``cache`` (the Parquet
-    cache), ``rank_map`` (file name -> rank). Bad input raises ``analyzer.errors.CommscopeError``.
+    cache), ``rank_map`` (file name -> rank), and the input limits ``max_inflated_bytes``, ``max_inflate_ratio``,
+    ``max_events``, ``max_json_depth`` (``analyzer.ingest.limits``). Bad input raises ``analyzer.errors.CommscopeError``.
     """
     from pathlib import Path
 
@@ -42,8 +44,15 @@ def analyze(*paths: str | PathLike[str], ranks: Iterable[int] | None = None, ste
             re.compile(step_marker)
         except re.error as exc:
             raise UsageError(f"step_marker {step_marker!r}: {exc}") from None
+    from .ingest.limits import Limits
+
+    try:
+        caps = Limits(**{k: int(v) for k, v in limits.items()})
+    except TypeError:
+        raise UsageError(f"unknown keyword among {sorted(limits)}: the limits are {list(Limits.__annotations__)}"
+                         ) from None
     opts = LoadOptions(rank_map=dict(rank_map or {}), step_marker=step_marker, jobs=jobs,
-                       ranks=tuple(int(r) for r in ranks) if ranks is not None else None, cache=cache)
+                       ranks=tuple(int(r) for r in ranks) if ranks is not None else None, cache=cache, limits=caps)
     return run_analysis(load([Path(p) for p in paths], opts))
 
 

@@ -164,7 +164,8 @@ def analyze(ts: TraceSet, dims: dimensions.Options | None = None, busbw: dict[st
         "paths": [m.source for m in ts.ranks],
         "format": ts.format,
         "ranks": ranks,
-        "world_size": ts.world_size,
+        "world_size": len(ranks),  # what was analyzed; what the traces declare is beside it
+        "declared_world_size": ts.world_size,
         "skipped": [{"path": s.path, "reason": s.reason} for s in ts.skipped],
     }
     matching = {

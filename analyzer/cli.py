@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 
+from .cli_limits import limit_options, limits_from_context
 from .errors import CommscopeError
 
 FORMATS = ("text", "json", "markdown", "html")
@@ -60,7 +61,7 @@ def load_options(rank_map: tuple[str, ...], step_marker: str | None, jobs: int |
         except re.error as exc:
             raise click.BadParameter(f"--step-marker {step_marker!r}: {exc}") from None
     return LoadOptions(rank_map=_rank_map(rank_map), step_marker=step_marker, jobs=jobs, ranks=_ranks(ranks),
-                       cache=not no_cache, layout=layout)
+                       cache=not no_cache, layout=layout, limits=limits_from_context())
 
 
 def start_workers(paths: tuple[Path, ...] | list[Path], jobs: int | None, cache: bool = True) -> None:
@@ -84,6 +85,7 @@ def common_load_options(f: Callable) -> Callable:
         click.option("--jobs", "-j", type=click.IntRange(1, 512), help="Worker processes (default: the cores)."),
         click.option("--ranks", metavar="LIST", help="Analyze only these ranks, e.g. 0,2,4-7."),
         click.option("--no-cache", is_flag=True, help="Do not read or write the Parquet cache."),
+        *limit_options(),
     ]):
         f = opt(f)
     return f
@@ -278,6 +280,8 @@ def export(paths: tuple[Path, ...], output: Path, fmt: str | None, steps_sel: st
                        ranks=ranks, steps=steps_sel, window=window, host=host_activity)
         dropped = f"; {n['dropped']} slices overlapping beyond {n['max_lanes']} lanes left out" if n["dropped"] else ""
         click.echo(f"wrote {output}: {n['ranks']} ranks, {n['slices']} slices{dropped}", err=True)
+        for reason in n.get("skipped", []):  # a rank left out of the trace is named, as in every report
+            click.echo(f"skipped {reason}", err=True)
 
     _guard(run)
 

@@ -19,10 +19,13 @@ from pathlib import Path
 import polars as pl
 
 from . import collectives
+from .consistency import check_job
 from .errors import CommscopeError, TraceError, UsageError
 from .hygiene import drop_invalid_gpu
 from .ingest import ReadOptions, reader_for
-from .ingest.discover import TraceFile, discover
+from .ingest.discover import TraceFile, discover_all
+from .ingest.limits import DEFAULT as DEFAULT_LIMITS
+from .ingest.limits import Limits
 from .model import (
     COLLECTIVE_SCHEMA,
     COMM_CALL_SCHEMA,
@@ -36,6 +39,7 @@ from .model import (
     conform,
 )
 from .ranklist import compact
+from .sanity import check_gpu
 from .timeline import MIN_STEP_COVERAGE, gpu_step_windows, host_step_windows, step_coverage, tile_steps
 from .workers import no_main_reimport, prestart, worker_context
 
@@ -50,6 +54,7 @@ class LoadOptions:
     progress: Callable[[str], None] | None = None
     scheduler: str | None = None  # Dask scheduler address: parse ranks on that cluster
     layout: str | None = None  # --layout: op tables take their parallel sizes from it (ingest/optable_layout.py)
+    limits: Limits = DEFAULT_LIMITS  # what one input may cost (--max-inflated-size, --max-events, ...)
 
 
 CPU_KEPT = ("runtime", "annotation")  # cpu kinds anything after loading reads
@@ -64,6 +69,10 @@ def read_lean(path: Path, opts: ReadOptions, fmt: str = "kineto") -> list[RankTr
         traces = read_tables(path, opts, cpu_ops=False)
     else:
         traces = reader_for(fmt)(path, opts)
+        n = sum(t.gpu.height + t.cpu.height for t in traces)
+        if n > opts.limits.max_events:
+            raise TraceError(path, f"has {n:,} events for the tables, more than {opts.limits.max_events:,} (the "
+                             "events-per-rank limit)", "raise --max-events if the trace is real")
     return [replace(t, cpu=t.cpu.filter(pl.col("kind").is_in(CPU_KEPT))) for t in traces]
 
 
@@ -191,7 +200,7 @@ def _from_workers(stored: list[_Stored]) -> list[list[RankTrace] | None]:
 
 def load(paths: list[Path], options: LoadOptions | None = None) -> TraceSet:
     options = options or LoadOptions()
-    files = discover(paths)
+    files, set_aside = discover_all(paths)
     if dumps := [f for f in files if f.format == "flight_recorder"]:  # no timeline in them: hang triage only
         raise UsageError(f"{dumps[0].path} is a Flight Recorder dump: `commscope analyze` and `commscope dashboard` "
                          "triage hangs from dumps; this command needs profiler traces")
@@ -199,7 +208,7 @@ def load(paths: list[Path], options: LoadOptions | None = None) -> TraceSet:
         from .ingest.nccl_inspector import load_logs
 
         return load_logs(files, options.ranks, options.jobs)
-    results = _read_all(files, options)
+    results = [*set_aside, *_read_all(files, options)]
     if options.cache and not options.scheduler:
         from .cachedir import mark_seen
 
@@ -218,11 +227,13 @@ def load(paths: list[Path], options: LoadOptions | None = None) -> TraceSet:
             raise TraceError(skipped[0].path, skipped[0].reason.split(": ", 1)[-1])
         raise UsageError("no rank could be read: " + "; ".join(s.reason for s in skipped))
     traces, warnings = _settle_ranks(traces)
+    warnings += check_job(traces)  # ranks that cannot be one job: one line, exit 2
     if options.ranks is not None:
         traces = [t for t in traces if t.meta.rank in options.ranks]
         if not traces:
             raise UsageError(f"none of the requested ranks {list(options.ranks)} is in the traces")
-    warnings += dropped + [f"skipped {s.path}: {s.reason}" for s in skipped]
+    warnings += dropped + [f"skipped {s.reason}" if s.reason.startswith(s.path) else f"skipped {s.path}: {s.reason}"
+                           for s in skipped]
     return assemble(traces, skipped, warnings, options.step_marker)
 
 
@@ -231,7 +242,7 @@ def _read_all(files: list[TraceFile], options: LoadOptions) -> list[list[RankTra
 
     jobs = options.jobs or os.cpu_count() or 1
     opts = [ReadOptions(rank_hint=tf.rank_hint, rank_map=dict(options.rank_map or {}),
-                        step_marker=options.step_marker, layout=options.layout) for tf in files]
+                        step_marker=options.step_marker, layout=options.layout, limits=options.limits) for tf in files]
     with rank_progress(len(files)) as bar:
         def done(name: str) -> None:
             bar(name)
@@ -370,6 +381,8 @@ def assemble(traces: list[RankTrace], skipped: list[Skipped], warnings: list[str
              step_marker: str | None = None) -> TraceSet:
     gpu = _concat(GPU_SCHEMA, [t.gpu for t in traces], GPU_OPTIONAL)
     cpu = _concat(CPU_SCHEMA, [t.cpu for t in traces])
+    gpu, sane = check_gpu(gpu, cpu)  # duplicates, impossible lengths, stream overlaps, unnamed kernels: said
+    warnings.extend(sane)
     calls = _concat(COMM_CALL_SCHEMA, [t.comm_calls for t in traces])
     host_steps = [t.steps for t in traces if not t.steps_on_gpu]
     gpu_steps = [t.steps for t in traces if t.steps_on_gpu]

@@ -81,7 +81,9 @@ def gpu_kind(category: pl.Expr, name: pl.Expr) -> pl.Expr:
     base = category.replace_strict(_CATEGORY_KIND, default="other", return_dtype=pl.Utf8)
     return (
         pl.when(base == "kernel")
-        .then(pl.when(name.str.contains(COMM_KERNEL_PATTERN)).then(pl.lit("comm")).otherwise(pl.lit("compute")))
+        # a kernel without a name is neither compute nor comm: counted and said (``sanity``), never guessed
+        .then(pl.when(name.is_null()).then(pl.lit("other"))
+              .when(name.str.contains(COMM_KERNEL_PATTERN)).then(pl.lit("comm")).otherwise(pl.lit("compute")))
         .otherwise(base)
     )
 

@@ -68,4 +68,4 @@ def run_export(paths: list[Path], output: Path, fmt: str | None, opts: LoadOptio
         tmp.replace(output)
     finally:
         tmp.unlink(missing_ok=True)
-    return {**counts, "max_lanes": MAX_LANES}
+    return {**counts, "max_lanes": MAX_LANES, "skipped": [x["reason"] for x in a.source.get("skipped", [])]}

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import re
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import TraceError, UsageError
+from ..model import Skipped
 from .flight_recorder import is_pickle, looks_like_dump
 from .nccl_inspector import sniff as inspector_sniff
-from .source import GZIP_MAGIC, SQLITE_MAGIC, head, refuse_special, strip_bom
+from .source import GZIP_MAGIC, SQLITE_MAGIC, head, refuse_special, special_kind, strip_bom
 
 _TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".nsys-rep", ".gz", ".pkl", ".pickle")
 _FR_NAME = re.compile(r"(?i)rank[-_]?\d+$")  # Flight Recorder's own dump files have no suffix: nccl_trace_rank_3
@@ -107,23 +109,61 @@ def flight_recorder_files(paths: list[Path]) -> list[TraceFile] | None:
     return found if not others else None
 
 
+def looks_like_rank(name: str) -> bool:
+    """A name a profiler gives a rank's trace: such a file in a folder is read (and named when it fails), never
+    passed over like a ``ground_truth.json`` beside the ranks."""
+    return rank_from_name(name) is not None or name.endswith((".pt.trace.json", ".pt.trace.json.gz"))
+
+
 def discover(paths: list[Path]) -> list[TraceFile]:
-    """Expand folders; explicit files are always taken (and fail loudly), folder members only if they sniff."""
+    """``discover_all`` without the files it set aside (each of them named there)."""
+    return discover_all(paths)[0]
+
+
+def discover_all(paths: list[Path]) -> tuple[list[TraceFile], list[Skipped]]:
+    """Expand folders; explicit files are always taken (and fail loudly), folder members if they sniff as a trace
+    or are named like a rank (the reader then says what is wrong with them). A member that is no regular file (a
+    FIFO, a link to /dev/zero, a dangling link) and named like a trace is never opened: it is set aside, with why."""
     found: list[TraceFile] = []
+    skipped: list[Skipped] = []
     for p in paths:
         if not p.exists():
             raise TraceError(p, "does not exist", "check the path")
         refuse_special(p)  # a FIFO named x.json would block the first read forever
         if p.is_dir():
-            # is_file(): FIFOs, sockets and devices in a folder are not trace files and are never opened
-            for child in sorted(c for c in p.rglob("*") if c.is_file() and _candidate(c.name)):
-                fmt = sniff(child)
-                if fmt:
-                    found.append(TraceFile(child, fmt, rank_from_name(child.name)))
+            for child in sorted(c for c in p.rglob("*") if _candidate(c.name)):
+                why = _not_a_file(child)
+                if why == "folder":
+                    continue
+                if why:
+                    skipped.append(Skipped(str(child), f"{child}: {why} (pass regular trace files)"))
+                    continue
+                try:
+                    fmt = sniff(child)
+                except TraceError as exc:
+                    skipped.append(Skipped(str(child), str(exc)))
+                    continue
+                if fmt or looks_like_rank(child.name) or child.stat().st_size == 0:
+                    found.append(TraceFile(child, fmt or "kineto", rank_from_name(child.name)))
         else:
             fmt = explicit_format(p)
             found.append(TraceFile(p, fmt, rank_from_name(p.name)))
     if not found:
-        raise UsageError(f"no trace files found in {', '.join(str(p) for p in paths)} "
+        where = ", ".join(str(p) for p in paths)
+        if skipped:
+            raise UsageError(f"no trace files found in {where}; set aside: " + "; ".join(s.reason for s in skipped))
+        raise UsageError(f"no trace files found in {where} "
                          "(expected *.pt.trace.json[.gz], *.json[.gz], *.sqlite or an op table *.parquet/*.arrow/*.csv)")
-    return found
+    return found, skipped
+
+
+def _not_a_file(path: Path) -> str | None:
+    """Why a folder member is not read at all: "folder", or what it is; None for a regular file."""
+    if path.is_dir():
+        return "folder"
+    if path.is_symlink() and not path.exists():
+        return f"is a dangling link (to {os.readlink(path)})"
+    kind = special_kind(path)
+    if kind:
+        return f"is {kind}" + (f" (a link to {os.readlink(path)})" if path.is_symlink() else "") + ", not a trace file"
+    return None

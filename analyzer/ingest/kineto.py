@@ -32,18 +32,25 @@ import polars as pl
 
 from ..errors import TraceError
 from ..model import ProcessGroup, RankMeta, RankTrace
+from . import json_depth
 from .kineto_blocks import block_select
-from .kineto_events import _CHUNK_EVENTS, _DECODER, _EMPTY, _HEADER, Buffer, _Header, _Selection, _Trace
+from .kineto_events import (
+    _CHUNK_EVENTS,
+    _DECODER,
+    _EMPTY,
+    _HEADER,
+    Buffer,
+    TooManyEvents,
+    _Header,
+    _Selection,
+    _Trace,
+)
 from .kineto_scan import scan_select
 from .kineto_tables import _as_int, _number_times, _text_times
 from .kineto_tables import dtype_size as dtype_size  # re-exported: callers import it from here
+from .limits import DEFAULT, Limits
 from .options import ReadOptions
-from .source import GZIP_MAGIC, UTF8_BOM, nonfinite_as_null, read_bytes, strip_bom
-
-try:  # igzip inflates ~2-3x faster than zlib; optional
-    from isal import isal_zlib as _fast_zlib
-except ImportError:  # pragma: no cover - depends on the environment
-    _fast_zlib = None
+from .source import GZIP_MAGIC, UTF8_BOM, inflate, nonfinite_as_null, read_bytes, strip_bom
 
 # below this the block path's fixed cost (Polars and numpy calls per chunk) outweighs what it saves: an 86 KB
 # rank 12.9-14.7 ms CPU against 9.3-11.7 ms scanned, 1.4-2.9 MB ranks 22.4-23.9 against 24.5-24.6 ms
@@ -52,9 +59,9 @@ _CHUNK_BYTES = 32 << 20  # bounds the live decoded events to ~one chunk's worth
 _SPLIT = re.compile(rb"\}\s*,\s*\{")
 
 
-def decode(path: Path) -> _Trace:
+def decode(path: Path, limits: Limits = DEFAULT) -> _Trace:
     """The whole document, timestamps as raw text (the exact, slower path; also the error reporter)."""
-    return _decode_with(_DECODER, read_bytes(path), path)
+    return _decode_with(_DECODER, read_bytes(path, limits), path)
 
 
 def _decode_with(decoder: msgspec.json.Decoder, data: Buffer, path: Path) -> Any:
@@ -75,33 +82,26 @@ def _decode_with(decoder: msgspec.json.Decoder, data: Buffer, path: Path) -> Any
         ) from None
 
 
-def _file_bytes(path: Path) -> Buffer:
+def _file_bytes(path: Path, limits: Limits = DEFAULT) -> Buffer:
     """The document: plain files are memory-mapped (no copy: the scan reads the page cache directly),
-    gzip is inflated with igzip when available. Any trouble: ``source.read_bytes`` reads it and words
-    the error."""
+    gzip is inflated (igzip when available) within ``limits``. Any trouble: ``source.read_bytes`` reads it
+    and words the error."""
     try:
         with open(path, "rb") as fh:
             first = fh.read(3)
             if first == UTF8_BOM:
-                return read_bytes(path)  # rare: a copy without the mark
+                return read_bytes(path, limits)  # rare: a copy without the mark
             if first[:2] != GZIP_MAGIC:
                 return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-            if _fast_zlib is not None:
-                fh.seek(0)
-                data = fh.read()
-                out = []
-                while data[:2] == GZIP_MAGIC:
-                    d = _fast_zlib.decompressobj(wbits=31)
-                    out.append(d.decompress(data))
-                    if not d.eof:
-                        raise EOFError
-                    data = d.unused_data
-                data = b"".join(out)
-                if data:
-                    return strip_bom(data)
+            fh.seek(0)
+            data = inflate(path, fh.read(), limits)
+            if data:
+                return strip_bom(data)
+    except TraceError:
+        raise  # a limit: already worded
     except Exception:  # noqa: BLE001 - any trouble (empty file: mmap refuses): read_bytes words the error
         pass
-    return read_bytes(path)
+    return read_bytes(path, limits)
 
 
 def read(path: Path, options: ReadOptions) -> list[RankTrace]:
@@ -110,20 +110,39 @@ def read(path: Path, options: ReadOptions) -> list[RankTrace]:
 
 def read_tables(path: Path, options: ReadOptions, cpu_ops: bool = True) -> list[RankTrace]:
     """``read``; ``cpu_ops=False`` leaves ``cpu_op`` rows out of the ``cpu`` table (the loader drops them anyway)."""
-    data = _file_bytes(path)
+    try:
+        return _read_tables(path, options, cpu_ops)
+    except TooManyEvents as exc:
+        raise TraceError(path, f"has more than {options.limits.max_events:,} events for the tables ({exc.args[0]:,} "
+                         "read so far; the events-per-rank limit)", "raise --max-events if the trace is real") from None
+    except json_depth.TooDeep as exc:
+        raise TraceError(path, f"nests JSON {exc.args[0]:,} levels deep, past the limit of "
+                         f"{options.limits.max_json_depth} (a profiler writes ~7)",
+                         "raise --max-json-depth if the trace is real") from None
+    except RecursionError:
+        raise TraceError(path, "nests JSON deeper than the parser can follow", "lower --max-json-depth or "
+                         "re-export the trace") from None
+
+
+def _read_tables(path: Path, options: ReadOptions, cpu_ops: bool) -> list[RankTrace]:
+    data = _file_bytes(path, options.limits)
+    limit = options.limits.max_json_depth
     sel = None
     try:
         header = _HEADER.decode(data)  # validates every byte once, for both number paths
-    except (msgspec.MsgspecError, UnicodeDecodeError):
+    except (msgspec.MsgspecError, UnicodeDecodeError, RecursionError):
         header = None  # the exact path words the error
     if header is not None:
-        sel = block_select(data, header, options, cpu_ops) if len(data) >= _BLOCKS_FROM else None
+        sel = block_select(data, header, options, cpu_ops) if len(data) >= _BLOCKS_FROM else None  # checks depth
         if sel is None:
+            json_depth.check(data, limit)
             sel = scan_select(data, header, options, cpu_ops)
         if sel is None:
             sel = _fast_select(header, options, cpu_ops)
         header.traceEvents = _EMPTY  # drop the view into ``data``
     if sel is None:  # exact text path: same selection over raw-timestamp events
+        if header is None:
+            json_depth.check(data, limit)
         trace = _decode_with(_DECODER, data, path)
         del data
         sel = _Selection(trace, options, cpu_ops)
@@ -135,15 +154,17 @@ def read_tables(path: Path, options: ReadOptions, cpu_ops: bool = True) -> list[
         tables = sel.tables(_number_times)
         if tables is None:  # a float timestamp past 2^43 µs: needs the raw text
             return read_tables_exact(path, options, cpu_ops)
-    return [_rank_trace(path, _rank_meta(path, sel.header, options), tables)]
+    return [_rank_trace(path, _rank_meta(path, sel.header, options, sel.not_complete), tables)]
 
 
 def read_tables_exact(path: Path, options: ReadOptions, cpu_ops: bool = True) -> list[RankTrace]:
     """The text-timestamp path only (reference for tests and the fallback)."""
-    trace = decode(path)
+    data = read_bytes(path, options.limits)
+    json_depth.check(data, options.limits.max_json_depth)
+    trace = _decode_with(_DECODER, data, path)
     sel = _Selection(trace, options, cpu_ops)
     sel.feed(trace.traceEvents)
-    return [_rank_trace(path, _rank_meta(path, trace, options), sel.tables(_text_times))]
+    return [_rank_trace(path, _rank_meta(path, trace, options, sel.not_complete), sel.tables(_text_times))]
 
 
 def _rank_trace(path: Path, meta: RankMeta, tables: Any) -> RankTrace:
@@ -198,13 +219,20 @@ def _members(raw: Any) -> tuple[int, ...]:
         return tuple(int(r) for r in raw if _as_int(r) is not None)
 
 
-def _rank_meta(path: Path, trace: _Header, options: ReadOptions) -> RankMeta:
+def _rank_meta(path: Path, trace: _Header, options: ReadOptions, not_complete: int = 0) -> RankMeta:
     info = trace.distributedInfo if isinstance(trace.distributedInfo, dict) else {}
     warnings: list[str] = []
+    if not_complete:
+        warnings.append(f"{path.name}: {not_complete} GPU events are not complete events (ph is not \"X\"): "
+                        "not counted")
     mapped = options.rank_map.get(path.name, options.rank_map.get(str(path)))
+    declared = _as_int(info.get("rank"))
     if mapped is not None:
         rank, source = mapped, "rank-map"
-    elif _as_int(info.get("rank")) is not None:
+    elif declared is not None and declared < 0:
+        raise TraceError(path, f"distributedInfo.rank is {declared}: a rank is never negative",
+                         f"set this file's rank with --rank-map {path.name}=RANK")
+    elif declared is not None:
         rank, source = int(info["rank"]), "distributedInfo"
     elif options.rank_hint is not None:
         rank, source = options.rank_hint, "filename"

@@ -85,6 +85,10 @@ def launches_of_gpu_work(cpu: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
     return cpu.filter((pl.col("kind") != "runtime") | pl.col("correlation").is_in(linked.implode()))
 
 
+class TooManyEvents(Exception):
+    """More events for the tables than ``Limits.max_events``: the reader words it with the file's name."""
+
+
 class _Selection:
     """One pass over the events, keeping only those some table reads (file order preserved)."""
 
@@ -93,6 +97,8 @@ class _Selection:
         self.cpu_cats = _CPU_CATS if cpu_ops else {k: v for k, v in _CPU_CATS.items() if v != "op"}
         self.pattern = re.compile(options.step_marker) if options.step_marker else _STEP_RE
         self.default_marker = not options.step_marker
+        self.max_events = options.limits.max_events
+        self.not_complete = 0  # GPU-category events that are not complete ("X") events: not read, counted
         self.gpu: list[Any] = []
         self.cpu: list[Any] = []
         self.comm: list[Any] = []
@@ -104,6 +110,8 @@ class _Selection:
         gpu, cpu, comm, gsteps, csteps = self.gpu, self.cpu, self.comm, self.gpu_steps, self.cpu_steps
         for e in events:
             if e.ph != "X":
+                if e.cat in gpu_cats and e.ph not in ("s", "f", "t"):  # flow arrows share no GPU category
+                    self.not_complete += 1
                 continue
             cat, name = e.cat, e.name
             if cat in gpu_cats:
@@ -118,6 +126,8 @@ class _Selection:
                     continue
                 if pattern.search(str(name)):
                     (gsteps if cat == "gpu_user_annotation" else csteps).append(e)
+        if len(gpu) + len(cpu) > self.max_events:
+            raise TooManyEvents(len(gpu) + len(cpu))
 
     def tables(self, times: _Times) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, tuple[pl.DataFrame, bool]] | None:
         rank = 0  # as before: the loader sets the rank column from meta

@@ -115,7 +115,8 @@ def _gpu_table(sel: list[Any], rank: int, times: _Times) -> pl.DataFrame:
             "stream": _int_series([a.stream if a.stream is not None else e.tid for a, e in zip(args, sel)]),
             "start_ns": start,
             "end_ns": end,
-            "name": pl.Series([str(e.name) for e in sel], dtype=pl.Utf8),
+            # a name that is not a non-empty string is null, never "None": counted by the loader, not guessed
+            "name": pl.Series([e.name if type(e.name) is str and e.name else None for e in sel], dtype=pl.Utf8),
             "cat": pl.Series([_GPU_CATS[e.cat] for e in sel], dtype=pl.Utf8),
             "correlation": _int_series([a.correlation for a in args]),
         }

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import polars as pl
 
+_MAX_US = (2**63 - 1) // 1000 - 1
+
 
 def us_text_to_ns(text: pl.Series) -> pl.Series:
     """Series of JSON number texts (bytes or str, µs) -> Int64 ns; empty/invalid -> null."""
@@ -20,7 +22,8 @@ def us_text_to_ns(text: pl.Series) -> pl.Series:
     # first three fractional digits are nanoseconds; the fourth rounds (sub-ns precision is noise)
     frac3 = (frac + pl.lit("000")).str.slice(0, 3).cast(pl.Int64, strict=False)
     round_up = (frac.str.slice(3, 1).cast(pl.Int64, strict=False) >= 5).fill_null(False).cast(pl.Int64)
-    exact = sign * (int_part * 1000 + frac3 + round_up)
+    # past int64 once in ns (a ts of 1e30 written out in digits): null, never a wrapped product
+    exact = pl.when(int_part <= _MAX_US).then(sign * (int_part * 1000 + frac3 + round_up))
     approx = (pl.col("t").cast(pl.Float64, strict=False) * 1000.0).round(0).cast(pl.Int64, strict=False)
     out = frame.select(pl.when(plain).then(exact).otherwise(approx).alias("ns"))["ns"]
     return out.rename(text.name)
@@ -46,7 +49,10 @@ def us_numbers_to_ns(values: list[int | float | None]) -> pl.Series | None:
     whole = t.floor()
     # one query, not ten eager operations (thousands of small ranks call this eight times each)
     out = d.to_frame().select(
-        (whole.cast(pl.Int64) * 1000 + ((t - whole) * 1000.0).round(0).cast(pl.Int64)).alias("t"),
+        # strict=False: a value past int64 (a ts of 1e30) is null here and the big-value check sends it to
+        # the text path, which reads it as null (dropped and counted), never a Polars error
+        (whole.cast(pl.Int64, strict=False) * 1000 + ((t - whole) * 1000.0).round(0).cast(pl.Int64, strict=False)
+         ).alias("t"),
         (t.abs() >= FLOAT_EXACT_LIMIT_US).alias("big"),
     )
     big = out["big"]

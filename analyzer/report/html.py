@@ -55,7 +55,8 @@ def _figures(a: Analysis) -> list[str]:
 
 def render(a: Analysis) -> str:
     src = a.source
-    world = f" of {src['world_size']}" if src.get("world_size") else ""
+    declared = src.get("declared_world_size", src.get("world_size"))
+    world = f" of {declared}" if declared else ""
     parts = [f"<h1>commscope: {esc(src['format'])}, {len(src['ranks'])} rank(s){esc(world)}</h1>"]
     lead = [*headline(a), *[s for s in [whatif_sentence(a)] if s]]
     parts.append('<div class="headline">' + "".join(f"<p>{esc(h)}</p>" for h in lead) + "</div>")

@@ -45,7 +45,8 @@ def table(headers: list[str], rows: list[list[str]]) -> list[str]:
 
 def render(a: Analysis) -> str:
     src = a.source
-    world = f" of {src['world_size']}" if src.get("world_size") else ""
+    declared = src.get("declared_world_size", src.get("world_size"))
+    world = f" of {declared}" if declared else ""
     lines = [f"## commscope: {src['format']}, {len(src['ranks'])} rank(s){world}", ""]
     lines += [f"**{h}**" if i == 0 else h for i, h in enumerate(headline(a))]
     lines += [s for s in [whatif_sentence(a)] if s]

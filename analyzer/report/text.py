@@ -7,6 +7,7 @@ import shutil
 
 from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from ..analysis import Analysis
@@ -58,8 +59,12 @@ def render(a: Analysis, width: int | None = None, color: bool = False, show_step
     # --wide: tables take the width they need (a console clamps each print to its own width)
     tcon = Console(file=buf, width=WIDE_TABLES, force_terminal=color, no_color=not color) if wide else con
     src = a.source
+    declared = src.get("declared_world_size", src.get("world_size"))
     con.print(f"[bold]commscope[/bold]  {src['format']}  {len(src['ranks'])} rank(s)"
-              + (f" of {src['world_size']}" if src.get("world_size") else ""))
+              + (f" of {declared}" if declared else ""))
+    for s in src.get("skipped", []):  # a rank left out is said first, never only at the end
+        said = s["reason"] if s["reason"].startswith(s["path"]) else f"{s['path']}: {s['reason']}"
+        con.print(f"[red]skipped[/red] {escape(said)}", soft_wrap=True)  # one line each: grep finds the file
     for line in headline(a):
         con.print(line)
     if lead := whatif_sentence(a):

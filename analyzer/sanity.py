@@ -1,0 +1,90 @@
+"""GPU events that cannot be as the file says: fixed in one stated way, counted, and said; one rule for every format.
+
+After ``hygiene`` (no null or negative times are left), per rank, in this order:
+
+1. exact duplicates (same device, stream, times, name, correlation) are dropped: a writer repeated them;
+2. an event longer than everything else the rank recorded (its capture window without it) by over a second is
+   dropped: a ``dur`` of 1e15 us would otherwise make ``comm_ms`` ~1e12;
+3. an event that runs past the start of the next event on its stream is clipped to end there: a stream runs one
+   thing at a time, and a stretched kernel would lower compute or raise waits without a word;
+4. kernels without a name are kept as kind ``other`` (``timeline.gpu_kind``): counted as neither compute nor
+   communication, never guessed.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from .ranklist import compact
+
+# how much longer than the rest of its rank's capture an event may be: a kernel launched before the profiler started
+# can outlast the events around it; one that outlasts them by over a second (a dur of 1e15 us) is a broken record
+WINDOW_SLACK_NS = 10**9
+_KEY = ["rank", "device", "stream", "start_ns", "end_ns", "name", "correlation"]
+
+
+def _ranks(df: pl.DataFrame) -> str:
+    return compact(sorted(df["rank"].unique().to_list()))
+
+
+def check_gpu(gpu: pl.DataFrame, cpu: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
+    """The canonical ``gpu`` table (all ranks) with the rules above applied, and one warning per rule that fired."""
+    warnings: list[str] = []
+    if gpu.height == 0:
+        return gpu, warnings
+    n = gpu.height
+    gpu = gpu.unique(subset=_KEY, keep="first", maintain_order=True)
+    if gpu.height < n:
+        warnings.append(f"dropped {n - gpu.height} duplicate GPU events (same stream, times, name and correlation "
+                        f"as another) on rank(s) {_ranks(gpu)}")
+    gpu, w = _longer_than_window(gpu, cpu)
+    warnings += w
+    gpu, w = _clip_stream_overlaps(gpu)
+    warnings += w
+    unnamed = gpu.filter(pl.col("name").is_null())
+    if unnamed.height:
+        warnings.append(f"{unnamed.height} GPU kernels on rank(s) {_ranks(unnamed)} have no name (null, empty or not "
+                        "a string): counted as neither compute nor communication")
+    return gpu, warnings
+
+
+def _longer_than_window(gpu: pl.DataFrame, cpu: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
+    """Drop events longer than the span of all the rank's other events (host and GPU) plus ``WINDOW_SLACK_NS``."""
+    spans = pl.concat([gpu.select("rank", "start_ns", "end_ns"),
+                       cpu.select("rank", "start_ns", "end_ns").drop_nulls()])
+    # the window without one event: its rank's extremes, or the runner-up where that event is the extreme
+    edges = spans.group_by("rank").agg(
+        pl.col("start_ns").bottom_k(2).alias("lo"), pl.col("end_ns").top_k(2).alias("hi"))
+    edges = edges.select(
+        "rank",
+        pl.col("lo").list.get(0, null_on_oob=True).alias("lo1"), pl.col("lo").list.get(1, null_on_oob=True).alias("lo2"),
+        pl.col("hi").list.get(0, null_on_oob=True).alias("hi1"), pl.col("hi").list.get(1, null_on_oob=True).alias("hi2"),
+    )
+    g = gpu.join(edges, on="rank", how="left")
+    lo = pl.when(pl.col("start_ns") == pl.col("lo1")).then(pl.col("lo2")).otherwise(pl.col("lo1"))
+    hi = pl.when(pl.col("end_ns") == pl.col("hi1")).then(pl.col("hi2")).otherwise(pl.col("hi1"))
+    too_long = ((pl.col("end_ns") - pl.col("start_ns")) > (hi - lo) + WINDOW_SLACK_NS).fill_null(False)
+    bad = g.filter(too_long)
+    if bad.height == 0:
+        return gpu, []
+    longest = float((bad["end_ns"] - bad["start_ns"]).max()) / 1e9  # type: ignore[arg-type]
+    kept = g.filter(~too_long).select(gpu.columns)
+    return kept, [f"dropped {bad.height} GPU events longer than their rank's whole capture window (rank(s) "
+                  f"{_ranks(bad)}; the longest claimed {longest:,.3g} s)"]
+
+
+def _clip_stream_overlaps(gpu: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
+    """Clip each event that ends after the next event on its (rank, device, stream) starts."""
+    order = gpu.with_row_index("_i").sort("rank", "device", "stream", "start_ns", "end_ns")
+    nxt = pl.col("start_ns").shift(-1).over("rank", "device", "stream")
+    order = order.with_columns(nxt.alias("_next"))
+    over = (pl.col("end_ns") > pl.col("_next")) & pl.col("stream").is_not_null()
+    hit = order.filter(over.fill_null(False))
+    if hit.height == 0:
+        return gpu, []
+    worst = float((hit["end_ns"] - hit["_next"]).max()) / 1e6  # type: ignore[arg-type]
+    fixed = order.with_columns(
+        pl.when(over.fill_null(False)).then(pl.col("_next")).otherwise(pl.col("end_ns")).alias("end_ns")
+    ).sort("_i").select(gpu.columns)
+    return fixed, [f"clipped {hit.height} GPU events that overlap the next event on their stream (a stream runs one "
+                   f"at a time) by up to {worst:,.3f} ms on rank(s) {_ranks(hit)}: each now ends where the next begins"]
