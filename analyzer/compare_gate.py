@@ -27,6 +27,12 @@ def _compact(ranks: Iterable[int]) -> str:
     return compact(sorted(ranks))
 
 
+def _declared(a: Analysis) -> int | None:
+    """The world size the traces declare (``source.world_size`` is what was analyzed; a summary stored by an
+    older run history has only that)."""
+    return a.source.get("declared_world_size") or a.source.get("world_size")
+
+
 def _incomplete(label: str, a: Analysis, selected: tuple[int, ...] | None) -> list[str]:
     out: list[str] = []
     skipped = a.source.get("skipped") or []
@@ -34,7 +40,7 @@ def _incomplete(label: str, a: Analysis, selected: tuple[int, ...] | None) -> li
         first = skipped[0]
         more = f" and {len(skipped) - 1} more" if len(skipped) > 1 else ""
         out.append(f"{label} skipped {len(skipped)} input(s): {first['path']}: {first['reason']}{more}")
-    declared = a.source.get("world_size")
+    declared = _declared(a)
     analyzed = set(a.source.get("ranks") or [])
     if declared:
         wanted = set(range(int(declared)))
@@ -72,7 +78,7 @@ def mismatches(base: Analysis, new: Analysis, selected: tuple[int, ...] | None =
     """Every reason BASE and NEW cannot be compared, most basic first; empty when they can."""
     out = _incomplete("BASE", base, selected) + _incomplete("NEW", new, selected)
     nb, nn = len(base.source.get("ranks") or []), len(new.source.get("ranks") or [])
-    wb, wn = base.source.get("world_size"), new.source.get("world_size")
+    wb, wn = _declared(base), _declared(new)
     if nb != nn:
         out.append(f"the runs have different world sizes: BASE {nb} ranks, NEW {nn} ranks")
     elif wb and wn and wb != wn:

@@ -248,7 +248,8 @@ def test_missing_ranks_are_named(quiet: tuple[Path, dict], tmp_path: Path) -> No
         if f.name != f"{gone['hostname']}-pid{gone['pid']}.log":
             shutil.copy(f, tmp_path / f.name)
     doc = _json(tmp_path)
-    assert doc["source"]["ranks"] == [0, 1, 2, 4, 5, 6, 7] and doc["source"]["world_size"] == 8
+    assert doc["source"]["ranks"] == [0, 1, 2, 4, 5, 6, 7] and doc["source"]["world_size"] == 7
+    assert doc["source"]["declared_world_size"] == 8
     assert any("no log from rank(s) 3 of 8" in w for w in doc["warnings"])
     # rank 3's communicators have no complete instance left; the others still answer
     assert doc["inspector"]["verdict"]["rank"] == truth["slow_rank"]
