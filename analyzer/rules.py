@@ -26,17 +26,7 @@ BLOCKING_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "bar
 # nccl-tests (doc/PERFORMANCE.md): busbw = algbw * factor(op, n); all_reduce 2(n-1)/n,
 # all_gather / reduce_scatter / all_to_all (n-1)/n, every other op 1.
 BUS_FACTOR_TWICE = ("all_reduce",)
-BUS_FACTOR_ONCE = ("all_gather", "reduce_scatter", "all_to_all")
-
-
-def bus_factor(op: str, n: int) -> float:
-    """The nccl-tests factor for one op on ``n`` ranks (the scalar twin of ``collectives.bus_factor_expr``)."""
-    nf = float(n)
-    if op in BUS_FACTOR_TWICE:
-        return 2.0 * (nf - 1) / nf
-    if op in BUS_FACTOR_ONCE:
-        return (nf - 1) / nf
-    return 1.0
+BUS_FACTOR_ONCE = ("all_gather", "reduce_scatter", "all_to_all")  # collectives.bus_factor_expr applies them
 
 
 # ----------------------------------------------------------------------------- steps
