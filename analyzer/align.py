@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-BLOCKING_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "barrier")
+from .rules import BLOCKING_OPS
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,7 @@ from .collectives import bus_factor_expr
 from .metrics import blame, critical_path, dimensions, experts, overlap, pipeline, stragglers, waits
 from .metrics import inspector as inspector_metrics
 from .model import TraceSet
-
-NS_PER_MS = 1e6
+from .rules import NS_PER_MS, NS_PER_US
 
 
 @dataclass(frozen=True)
@@ -154,8 +153,8 @@ def analyze(ts: TraceSet, dims: dimensions.Options | None = None, busbw: dict[st
         skew = float(itable["arrival_skew_ns"].median())
         if fit.uncertainty_ns > skew:
             warnings.append(
-                f"clock uncertainty ({fit.uncertainty_ns / 1e3:.1f} us) exceeds the median arrival skew "
-                f"({skew / 1e3:.1f} us): start-based skews are not reliable; waits (duration-based) are"
+                f"clock uncertainty ({fit.uncertainty_ns / NS_PER_US:.1f} us) exceeds the median arrival skew "
+                f"({skew / NS_PER_US:.1f} us): start-based skews are not reliable; waits (duration-based) are"
             )
     if ts.collectives.height and coll_df["bytes"].null_count() == coll_df.height and coll_df.height:
         warnings.append("no message sizes in the traces: bandwidth is null")

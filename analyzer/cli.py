@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 
+from . import ranklist
 from .cli_limits import limit_options, limits_from_context
 from .errors import CommscopeError
 
@@ -28,14 +29,10 @@ def _rank_map(values: tuple[str, ...]) -> dict[str, int]:
 def _ranks(value: str | None) -> tuple[int, ...] | None:
     if not value:
         return None
-    out: list[int] = []
-    for part in value.split(","):
-        a, _, b = part.partition("-")
-        try:
-            out.extend(range(int(a), int(b) + 1) if b else [int(a)])
-        except ValueError:
-            raise click.BadParameter(f"{value!r}: expected ranks like 0,2,4-7") from None
-    return tuple(out)
+    try:
+        return ranklist.parse(value)
+    except ValueError as exc:
+        raise click.BadParameter(f"{value!r}: {exc}; expected ranks like 0,2,4-7") from None
 
 
 def _guard(fn: Callable[[], None]) -> None:

@@ -11,16 +11,17 @@ from __future__ import annotations
 import polars as pl
 
 from .model import COLLECTIVE_SCHEMA, ProcessGroup, conform
+from .rules import BUS_FACTOR_ONCE, BUS_FACTOR_TWICE, DIRECTED_P2P_OPS
 from .timeline import launches, op_from_kernel_name
 
 
-# nccl-tests bus-bandwidth factors: busbw = algbw * factor(op, n)
+# nccl-tests bus-bandwidth factors (the table is rules.BUS_FACTOR_*): busbw = algbw * factor(op, n)
 def bus_factor_expr(op: pl.Expr, n: pl.Expr) -> pl.Expr:
     nf = n.cast(pl.Float64)
     return (
-        pl.when(op == "all_reduce")
+        pl.when(op.is_in(BUS_FACTOR_TWICE))
         .then(2.0 * (nf - 1) / nf)
-        .when(op.is_in(["all_gather", "reduce_scatter", "all_to_all"]))
+        .when(op.is_in(BUS_FACTOR_ONCE))
         .then((nf - 1) / nf)
         .otherwise(1.0)
     )
@@ -92,7 +93,7 @@ def _coalesced_p2p(linked: pl.DataFrame, calls: pl.DataFrame, inside: pl.DataFra
     group but launches nothing; the batch's one SendRecv kernel is launched after them, outside every
     record (inside an ``nccl:coalesced`` annotation). It takes the group of the records just before it;
     the op is the batch's (``send_recv``), its sizes and peers those records' (``_batch_peers``)."""
-    p2p_calls = calls.filter(pl.col("op").is_in(["send", "recv"]) & pl.col("pg").is_not_null()).sort("c_end")
+    p2p_calls = calls.filter(pl.col("op").is_in(DIRECTED_P2P_OPS) & pl.col("pg").is_not_null()).sort("c_end")
     if p2p_calls.height == 0:
         return inside.head(0)
     rest = linked.join(inside.select("rank", "correlation"), on=["rank", "correlation"], how="anti")

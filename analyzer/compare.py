@@ -20,6 +20,7 @@ import polars as pl
 from . import compare_gate
 from .analysis import Analysis
 from .errors import IncomparableRuns
+from .rules import NS_PER_MS
 from .thresholds import DEFAULTS, METRICS, Rule, Thresholds
 
 # compare metric -> column in Analysis.steps (and in Analysis.ranks for the no-steps fallback)
@@ -248,8 +249,9 @@ def _prediction(base: Analysis, new: Analysis) -> Prediction | None:
     row = bw.scenarios.filter(pl.col("name") == "no_straggler")
     if row.height == 0 or not row["step_time_ns"][0]:
         return None
-    return Prediction(rank=base.verdict.rank if base.verdict else None, base_step_ms=bw.measured_step_time_ns / 1e6,
-                      predicted_step_ms=float(row["step_time_ns"][0]) / 1e6, new_step_ms=nw.measured_step_time_ns / 1e6)
+    return Prediction(rank=base.verdict.rank if base.verdict else None, base_step_ms=bw.measured_step_time_ns / NS_PER_MS,
+                      predicted_step_ms=float(row["step_time_ns"][0]) / NS_PER_MS,
+                      new_step_ms=nw.measured_step_time_ns / NS_PER_MS)
 
 
 def compare(base: Analysis, new: Analysis, thresholds: Thresholds = DEFAULTS, allow_mismatch: bool = False,

@@ -13,7 +13,6 @@ import sys
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, replace
-from functools import partial
 from pathlib import Path
 
 import polars as pl
@@ -22,8 +21,9 @@ from . import collectives
 from .consistency import check_job
 from .errors import CommscopeError, TraceError, UsageError
 from .hygiene import drop_invalid_gpu
-from .ingest import ReadOptions, reader_for
+from .ingest import ReadOptions
 from .ingest.discover import TraceFile, discover_all
+from .ingest.lean import lean_reader, read_lean  # tests/test_cache_batch.py and benchmarks/bench.py import them from here
 from .ingest.limits import DEFAULT as DEFAULT_LIMITS
 from .ingest.limits import Limits
 from .model import (
@@ -57,31 +57,7 @@ class LoadOptions:
     limits: Limits = DEFAULT_LIMITS  # what one input may cost (--max-inflated-size, --max-events, ...)
 
 
-CPU_KEPT = ("runtime", "annotation")  # cpu kinds anything after loading reads
 UNCACHED = ("optable",)  # already columnar: read whole faster than a cache entry (AR, 117 k ops: ~0.1 s)
-
-
-def read_lean(path: Path, opts: ReadOptions, fmt: str = "kineto") -> list[RankTrace]:
-    """A reader's tables with the ``cpu`` table cut to ``CPU_KEPT`` (Kineto skips the rest while decoding)."""
-    if fmt == "kineto":
-        from .ingest.kineto import read_tables
-
-        traces = read_tables(path, opts, cpu_ops=False)
-    else:
-        traces = reader_for(fmt)(path, opts)
-        n = sum(t.gpu.height + t.cpu.height for t in traces)
-        if n > opts.limits.max_events:
-            raise TraceError(path, f"has {n:,} events for the tables, more than {opts.limits.max_events:,} (the "
-                             "events-per-rank limit)", "raise --max-events if the trace is real")
-    return [replace(t, cpu=t.cpu.filter(pl.col("kind").is_in(CPU_KEPT))) for t in traces]
-
-
-def lean_reader(fmt: str) -> Callable[[Path, ReadOptions], list[RankTrace]]:
-    return partial(_read_fmt, fmt=fmt)  # a partial of a module function pickles (Dask, workers)
-
-
-def _read_fmt(path: Path, opts: ReadOptions, fmt: str) -> list[RankTrace]:
-    return read_lean(path, opts, fmt)
 
 
 def read_one(tf: TraceFile, opts: ReadOptions, use_cache: bool = True) -> list[RankTrace] | Skipped:

@@ -27,14 +27,14 @@ from __future__ import annotations
 
 import polars as pl
 
-P2P_OPS = ("send", "recv", "send_recv")
+from .rules import DIRECTED_P2P_OPS as _DIRECTED
+from .rules import P2P_OPS
 
 
 def is_p2p() -> pl.Expr:
     """Point-to-point kernels: a p2p op, or a SendRecv kernel recorded as a "coalesced" batch (batch_isend_irecv)."""
     return pl.col("op").is_in(P2P_OPS) | (
         (pl.col("op") == "coalesced") & pl.col("name").fill_null("").str.contains("(?i)sendrecv"))
-_DIRECTED = ("send", "recv")
 
 
 def instances(coll: pl.DataFrame) -> pl.DataFrame:

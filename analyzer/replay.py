@@ -37,6 +37,7 @@ import numpy as np
 import polars as pl
 
 from .graph import Graph
+from .rules import P2P_OPS
 
 LIST_WIDTH = 4  # successors / ends per key kept in a padded table; longer lists are read as ranges
 CELLS = 5_000_000  # scenario x node cells per replay batch (memory bound: ~9 float arrays of this size)
@@ -138,7 +139,7 @@ class Arrays:
         pos[order] = np.arange(bp.size)
         pos[bp.size] = bp.size
         lead = np.flatnonzero(~simple)
-        p2p = n["op"].is_in(["send", "recv", "send_recv"]).fill_null(False).to_numpy()
+        p2p = n["op"].is_in(P2P_OPS).fill_null(False).to_numpy()
         gate = _apart(np.where(p2p, inst, -1), col("gate_node"), col("a_start_ns"), col("a_end_ns"),
                       g.instances.height) if eager else col("gate_node")
         groups, also, parent = _gate_groups(inst, gate, g.instances.height)

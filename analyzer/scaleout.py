@@ -24,7 +24,7 @@ CONNECT_TIMEOUT = "30s"
 def parse_to_cache(tf: TraceFile, opts: ReadOptions) -> str | Skipped:
     """Worker side: the cache entry folder of ``tf`` (parsed now unless cached), or why it was skipped."""
     from .ingest.cache import ensure_entry
-    from .loader import lean_reader
+    from .ingest.lean import lean_reader
 
     try:
         return str(ensure_entry(tf, opts, lean_reader(tf.format)))

@@ -21,6 +21,7 @@ from __future__ import annotations
 import polars as pl
 
 from .align import ClockFit
+from .rules import NS_PER_MS
 
 DIFFERED_PCT = 5.0  # say so when the ranks' own mean step spans differed by more than this
 
@@ -55,7 +56,7 @@ def _differed(own: pl.DataFrame) -> str:
     lo, hi = means.row(0, named=True), means.row(-1, named=True)
     if not hi["m"] or 100.0 * (hi["m"] - lo["m"]) / hi["m"] <= DIFFERED_PCT:
         return ""
-    return (f"step windows differed across ranks (mean span {lo['m'] / 1e6:,.1f} ms on rank {lo['rank']}, "
-            f"{hi['m'] / 1e6:,.1f} ms on rank {hi['rank']}): a synchronous job's step is one interval on the aligned "
+    return (f"step windows differed across ranks (mean span {lo['m'] / NS_PER_MS:,.1f} ms on rank {lo['rank']}, "
+            f"{hi['m'] / NS_PER_MS:,.1f} ms on rank {hi['rank']}): a synchronous job's step is one interval on the aligned "
             "clock, so every rank's step N now runs from the first rank's start of step N to the start of step N+1; "
             "a rank's time before its first kernel of a step is idle in that step")

@@ -10,6 +10,8 @@ import re
 
 import polars as pl
 
+from .rules import STEP_MARKER
+
 # Collective / point-to-point kernels of every library seen in real traces:
 # NCCL old (ncclKernel_*) and new (ncclDevKernel_*), RCCL (ncclDevKernel_Generic, rccl*), MSCCL(++),
 # Habana HCCL, oneCCL, NVSHMEM, DeepEP, TransformerEngine userbuffers, vLLM custom all-reduce and
@@ -199,7 +201,7 @@ def gpu_step_windows(steps: pl.DataFrame, gpu: pl.DataFrame, cpu: pl.DataFrame) 
 
 
 MIN_STEP_COVERAGE = 1.0  # any GPU work outside the step windows (other threads, between steps): tile
-DEFAULT_STEP_MARKER = r"^ProfilerStep#(\d+)$"
+DEFAULT_STEP_MARKER = STEP_MARKER
 
 
 def step_coverage(steps: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:

@@ -15,6 +15,7 @@ import polars as pl
 from plotly.subplots import make_subplots
 
 from analyzer.analysis import Analysis
+from analyzer.rules import NS_PER_MS
 
 from . import inputs, summary
 from . import timeline as tl
@@ -127,7 +128,7 @@ def timeline_figure(a: Analysis, ranks: Sequence[int] | None = None, window_ms: 
         return _empty("GPU timeline", "no GPU activity for this selection")
     if window_ms is not None:  # a client's zoom: finite and within int64 ns once converted (inputs.window)
         window_ms = inputs.window(*window_ms)  # None (the whole window) when empty or not numbers
-    window = None if window_ms is None else (int(window_ms[0] * 1e6), int(window_ms[1] * 1e6))
+    window = None if window_ms is None else (int(window_ms[0] * NS_PER_MS), int(window_ms[1] * NS_PER_MS))
     lane_cols = ["rank", "stream"] if by_stream or expand_rank is not None else ["rank"]
     if not by_stream and expand_rank is not None:
         # stream -1 is the whole-rank lane; only the expanded rank keeps its real streams
@@ -149,7 +150,7 @@ def timeline_figure(a: Analysis, ranks: Sequence[int] | None = None, window_ms: 
 
     fig = go.Figure()
     ext_idx = np.arange(len(lanes), dtype=float)
-    xs, ys = _lines(extent["start_ns"].to_numpy() / 1e6, extent["end_ns"].to_numpy() / 1e6, ext_idx)
+    xs, ys = _lines(extent["start_ns"].to_numpy() / NS_PER_MS, extent["end_ns"].to_numpy() / NS_PER_MS, ext_idx)
     fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name="idle", hoverinfo="skip",
                              line={"color": COLORS["idle"], "width": lane_px - 6}))
     groups = segs["group"].to_numpy()
@@ -159,15 +160,15 @@ def timeline_figure(a: Analysis, ranks: Sequence[int] | None = None, window_ms: 
         if not mask.any():
             continue
         part = segs.filter(pl.Series(mask))
-        xs, ys = _lines(part["start_ns"].to_numpy() / 1e6, part["end_ns"].to_numpy() / 1e6,
+        xs, ys = _lines(part["start_ns"].to_numpy() / NS_PER_MS, part["end_ns"].to_numpy() / NS_PER_MS,
                         lane_idx[mask] + shift.get(kind, 0.0) * whole[lane_idx[mask].astype(int)])
         trace = go.Scatter(x=xs, y=ys, mode="lines", name=kind, line={"color": COLORS[kind], "width": width},
                            connectgaps=False, hoverinfo="x+name")
         if hover:
             text = np.full(3 * part.height, "", dtype=object)
             text[0::3] = [
-                (f"{n} ({(e - s) / 1e6:,.3f} ms)" if c == 1 else
-                 f"{c} {kind} kernels, {b / 1e6:,.3f} ms busy (condensed)")
+                (f"{n} ({(e - s) / NS_PER_MS:,.3f} ms)" if c == 1 else
+                 f"{c} {kind} kernels, {b / NS_PER_MS:,.3f} ms busy (condensed)")
                 for n, s, e, c, b in part.select("name", "start_ns", "end_ns", "count", "busy_ns").iter_rows()
             ]
             text[1::3] = text[0::3]
@@ -205,7 +206,7 @@ def wait_figure(a: Analysis, ranks: Sequence[int] | None = None) -> go.Figure:
         c = c.sort("max_wait_ms", "arrival_skew_ms", descending=True, nulls_last=True).head(MARKER_LIMIT)
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08,
                         subplot_titles=("longest wait per instance (ms)", "arrival skew (ms, aligned clocks)"))
-    c = c.with_columns((pl.col("start_ms") - tl.prepare(a).origin_ns / 1e6).alias("_x"))
+    c = c.with_columns((pl.col("start_ms") - tl.prepare(a).origin_ns / NS_PER_MS).alias("_x"))
     palette = ["#4C78A8", "#F58518", "#54A24B", "#E45756", "#72B7B2", "#B279A2", "#FF9DA6", "#9D755D"]
     for i, op in enumerate(sorted(c["op"].unique().to_list())):
         part = c.filter(pl.col("op") == op)

@@ -21,8 +21,8 @@ from analyzer.errors import CommscopeError
 from analyzer.history import fingerprint
 from analyzer.history.store import Store
 from analyzer.history.trend import Trend, build
-from analyzer.report.trend_html import figure
-from analyzer.report.trend_text import num
+from analyzer.report.views import num
+from analyzer.report.views import trend_figure as figure
 
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:+@/-]{0,199}$")
 SUMMARY_METRICS = ("step_time_ms", "exposed_comm_ms", "exposed_wait_ms", "exposed_transfer_ms", "overlap_pct",

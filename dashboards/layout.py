@@ -10,7 +10,8 @@ from dash import dash_table, dcc, html
 from dash.dash_table.Format import Format, Scheme
 
 from analyzer.analysis import Analysis
-from analyzer.report.verdict import headline
+from analyzer.report.views import headline
+from analyzer.rules import NS_PER_US
 
 from . import critical, dimensions, export, figures, pipeline, summary
 
@@ -92,7 +93,7 @@ def build_layout(a: Analysis) -> html.Div:
     steps = sorted(set(a.steps["step"].to_list())) if a.steps.height else []
     fit = a.clock
     clock = (f"clock: {fit.method}, reference rank {fit.reference}"
-             + (f", uncertainty {fit.uncertainty_ns / 1e3:,.1f} us" if fit.uncertainty_ns is not None else ""))
+             + (f", uncertainty {fit.uncertainty_ns / NS_PER_US:,.1f} us" if fit.uncertainty_ns is not None else ""))
     kpi_columns = [
         {"id": cid, "name": name, "type": "numeric",
          **({} if cid in INT_COLUMNS else {"format": NUMBER_FORMAT})}

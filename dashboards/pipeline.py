@@ -12,6 +12,7 @@ import plotly.graph_objects as go
 import polars as pl
 
 from analyzer.analysis import Analysis
+from analyzer.rules import NS_PER_MS
 
 PALETTE = ("#4C78A8", "#F58518", "#54A24B", "#B279A2", "#EECA3B", "#72B7B2", "#FF9DA6", "#9D755D", "#BAB0AC",
            "#E45756")
@@ -37,7 +38,7 @@ def schedule_rows(a: Analysis, step: int | None = None) -> tuple[pl.DataFrame, p
         return (df.join(win, on="rank", suffix="_w").filter((pl.col("start_ns") < pl.col("end_ns_w"))
                                                             & (pl.col("end_ns") > pl.col("start_ns_w")))
                 .join(off, on="rank", how="left").with_columns(pl.col("_off").fill_null(0))
-                .with_columns(*[((pl.col(c) - pl.col("_off") - t0) / 1e6).alias(c.replace("_ns", "_ms"))
+                .with_columns(*[((pl.col(c) - pl.col("_off") - t0) / NS_PER_MS).alias(c.replace("_ns", "_ms"))
                                 for c in ("start_ns", "end_ns")]))
 
     tr = clip(p["transfers"].with_columns(
@@ -58,7 +59,7 @@ def schedule_rows(a: Analysis, step: int | None = None) -> tuple[pl.DataFrame, p
     comp = comp.with_columns(pl.when(first_after_recv).then(pl.col("_mb_r")).otherwise(
         pl.coalesce("_mb_s", "_mb_r")).alias("mb"))
     return comp.select("rank", "stage", "start_ms", "end_ms", "mb"), tr.select(
-        "rank", "stage", "op", "start_ms", "end_ms", (pl.col("transfer_ns") / 1e6).alias("transfer_ms"), "mb"), step
+        "rank", "stage", "op", "start_ms", "end_ms", (pl.col("transfer_ns") / NS_PER_MS).alias("transfer_ms"), "mb"), step
 
 
 def schedule_figure(a: Analysis, step: int | None = None) -> go.Figure:

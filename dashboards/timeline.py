@@ -13,6 +13,7 @@ import polars as pl
 
 from analyzer import align
 from analyzer.analysis import Analysis
+from analyzer.rules import NS_PER_MS
 
 # drawn categories: memset joins memcpy; sync/other stay separate so compute/comm colours stay honest
 KIND_GROUP = {"compute": "compute", "comm": "comm", "memcpy": "memcpy", "memset": "memcpy", "sync": "other",
@@ -59,12 +60,12 @@ def step_window_ms(a: Analysis, step: int, ranks: list[int] | None = None) -> tu
         st = st.filter(pl.col("rank").is_in(ranks))
     if st.height == 0:
         return None
-    return float(st["start_ns"].min()) / 1e6, float(st["end_ns"].max()) / 1e6
+    return float(st["start_ns"].min()) / NS_PER_MS, float(st["end_ns"].max()) / NS_PER_MS
 
 
 def to_axis_ms(a: Analysis, abs_ms: float) -> float:
     """An aligned absolute time in ms (e.g. ``collectives.start_ms``) on the timeline's axis."""
-    return abs_ms - prepare(a).origin_ns / 1e6
+    return abs_ms - prepare(a).origin_ns / NS_PER_MS
 
 
 def segments(gpu: pl.DataFrame, lane_cols: list[str], window_ns: tuple[int, int] | None,

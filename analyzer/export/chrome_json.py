@@ -13,6 +13,7 @@ from typing import IO
 import msgspec
 
 from ..analysis import Analysis
+from ..rules import NS_PER_US
 from .perfetto import meta_lines
 from .tables import ARG, CHUNK, Plan, RankTables, rank_tables
 from .text import metadata, process_name
@@ -44,7 +45,7 @@ def write(a: Analysis, p: Plan, f: IO[bytes]) -> dict:
 
 
 def _us(ns: int, base: int) -> float:
-    return (ns - base) / 1e3
+    return (ns - base) / NS_PER_US
 
 
 def _rank(a: Analysis, t: RankTables, base: int) -> list[dict]:
@@ -70,7 +71,7 @@ def _rank(a: Analysis, t: RankTables, base: int) -> list[dict]:
     role = s["flow_role"].to_list() if has_flow else [None] * s.height
     arg_cols = [(c[len(ARG):], s[c].to_list()) for c in args]
     for j, (track, start, end, nm, cat) in enumerate(zip(*cols)):
-        e = {"ph": "X", "name": nm, "cat": cat, "ts": _us(start, base), "dur": (end - start) / 1e3,
+        e = {"ph": "X", "name": nm, "cat": cat, "ts": _us(start, base), "dur": (end - start) / NS_PER_US,
              "pid": pid, "tid": tids[track]}
         a_ = {k: col[j] for k, col in arg_cols if col[j] is not None}
         if a_:

@@ -22,6 +22,7 @@ from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import (
 )
 
 from ..analysis import Analysis
+from ..rules import NS_PER_US
 from .tables import ARG, CHUNK, Plan, RankTables, rank_tables
 from .text import metadata, process_name
 
@@ -90,10 +91,10 @@ def write(a: Analysis, p: Plan, f: IO[bytes]) -> dict:
 
 
 def meta_lines(a: Analysis) -> list[str]:
-    from ..report.verdict import headline
+    from ..report.views import headline
 
     fit = a.clock
-    unc = f", uncertainty ±{fit.uncertainty_ns / 1e3:,.1f} us" if fit.uncertainty_ns is not None else ""
+    unc = f", uncertainty ±{fit.uncertainty_ns / NS_PER_US:,.1f} us" if fit.uncertainty_ns is not None else ""
     return [f"clock: {fit.method}, reference rank {fit.reference}{unc}", *headline(a)]
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .. import ranklist
 from ..errors import UsageError
 
 
@@ -19,14 +20,10 @@ def parse_list(value: str | None, what: str) -> tuple[int, ...] | None:
     """``"0,2,4-7"`` -> (0, 2, 4, 5, 6, 7)."""
     if not value:
         return None
-    out: list[int] = []
-    for part in value.split(","):
-        a, _, b = part.strip().partition("-")
-        try:
-            out.extend(range(int(a), int(b) + 1) if b else [int(a)])
-        except ValueError:
-            raise UsageError(f"--{what} {value!r}: expected numbers like 0,2,4-7") from None
-    return tuple(sorted(set(out)))
+    try:
+        return ranklist.parse(value)
+    except ValueError as exc:
+        raise UsageError(f"--{what} {value!r}: {exc}; expected numbers like 0,2,4-7") from None
 
 
 def parse_window(value: str | None) -> tuple[float, float] | None:

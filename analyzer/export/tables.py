@@ -21,6 +21,7 @@ import polars.selectors as cs
 from .. import align
 from ..analysis import Analysis
 from ..errors import UsageError
+from ..rules import NS_PER_MS, NS_PER_US
 from .selection import Selection
 
 CHUNK = 16  # ranks computed together: vectorized over them, memory bounded by them
@@ -94,7 +95,7 @@ def plan(a: Analysis, sel: Selection) -> Plan:
     if keep is not None and _kept(gpu.filter(pl.col("rank").is_in(ranks)), keep).height == 0:
         raise UsageError(f"{_describe(sel)}: no GPU event of the selected ranks falls there (--window is in ms "
                          f"from the run's first GPU event on the aligned clock; the run lasts "
-                         f"{(int(gpu['end_ns'].max()) - origin) / 1e6:,.3f} ms)" if gpu.height else
+                         f"{(int(gpu['end_ns'].max()) - origin) / NS_PER_MS:,.3f} ms)" if gpu.height else
                          f"{_describe(sel)}: the traces hold no GPU events")
     parts = [gpu.filter(pl.col("rank").is_in(ranks)), steps.filter(pl.col("rank").is_in(ranks))]
     if sel.host:
@@ -133,8 +134,8 @@ def _keep(sel: Selection, steps: pl.DataFrame, origin: int, ranks: tuple[int, ..
             pl.lit(-(2**62), dtype=pl.Int64).alias("k_start"), pl.lit(2**62, dtype=pl.Int64).alias("k_end"))
     if sel.window_ms is not None:
         # integer ns from the origin: epoch-scale floats would lose the last nanoseconds
-        lo, hi = (max(min(origin + round(w * 1e6), 2**62), -(2**62)) if abs(w) < 1e15 else (2**62 if w > 0 else -(2**62))
-                  for w in sel.window_ms)
+        lo, hi = (max(min(origin + round(w * NS_PER_MS), 2**62), -(2**62)) if abs(w) < 1e15
+                  else (2**62 if w > 0 else -(2**62)) for w in sel.window_ms)
         iv = iv.with_columns(pl.col("k_start").clip(lower_bound=lo), pl.col("k_end").clip(upper_bound=hi))
         iv = iv.filter(pl.col("k_end") > pl.col("k_start"))
     return iv.sort("rank", "k_start")
@@ -282,7 +283,7 @@ def _notes(a: Analysis, p: Plan, ranks: tuple[int, ...], slices: pl.DataFrame) -
     """Each rank's clock correction and its root-caused wait (and the verdict on the straggler itself)."""
     first = dict(slices.group_by("rank").agg(pl.col("start_ns").min()).iter_rows())
     fit = a.clock
-    unc = fit.uncertainty_ns / 1e3 if fit.uncertainty_ns is not None else None
+    unc = fit.uncertainty_ns / NS_PER_US if fit.uncertainty_ns is not None else None
     unc_text = f" ±{unc:,.1f} us" if unc is not None else ""
     wait_col = "root_caused_wait_ms" if "root_caused_wait_ms" in a.ranks.columns else "caused_wait_ms"
     per = {row["rank"]: row for row in a.ranks.filter(pl.col("rank").is_in(ranks)).to_dicts()}
@@ -291,7 +292,7 @@ def _notes(a: Analysis, p: Plan, ranks: tuple[int, ...], slices: pl.DataFrame) -
     for r in ranks:  # a few strings per rank: presentation, not a metric
         ts = first.get(r, p.base_ns)
         row = per.get(r, {})
-        off_us = p.offsets.get(r, 0) / 1e3
+        off_us = p.offsets.get(r, 0) / NS_PER_US
         caused = row.get(wait_col)
         rows.append({"rank": r, "ts": ts, "name": f"clock: {off_us:+,.3f} us subtracted ({fit.method}{unc_text}, "
                      f"reference rank {fit.reference})", ARG + "clock_method": fit.method,
@@ -302,7 +303,7 @@ def _notes(a: Analysis, p: Plan, ranks: tuple[int, ...], slices: pl.DataFrame) -
                      ARG + "exposed_comm_ms": row.get("exposed_comm_ms")})
         if v is not None and v.rank == r:
             rows.append({"rank": r, "ts": ts, "name": f"straggler: rank {v.rank} ({v.kind})",
-                         ARG + "verdict_kind": v.kind, ARG + "caused_wait_ms": v.caused_wait_ns / 1e6,
+                         ARG + "verdict_kind": v.kind, ARG + "caused_wait_ms": v.caused_wait_ns / NS_PER_MS,
                          ARG + "confidence": v.confidence, ARG + "chronic": v.chronic})
     return pl.DataFrame(rows, infer_schema_length=None).with_columns(
         pl.col("rank").cast(pl.Int32), pl.col("ts").cast(pl.Int64), pl.lit("commscope").alias("track"))

@@ -16,6 +16,7 @@ import polars as pl
 
 from ..analysis import Analysis
 from ..errors import StoreError
+from ..rules import NS_PER_MS
 from .store import Store
 from .summary import DIMENSION_METRICS, RANK_METRICS, STEP_METRICS
 
@@ -70,5 +71,5 @@ def _whatif(rows: pl.DataFrame) -> StoredWhatIf | None:
     if measured.height == 0:
         return None
     sc = rows.filter(pl.col("metric") == "whatif_step_time_ms").select(
-        pl.col("item").alias("name"), (pl.col("value") * 1e6).alias("step_time_ns"))
-    return StoredWhatIf(float(measured["value"][0]) * 1e6, sc)
+        pl.col("item").alias("name"), (pl.col("value") * NS_PER_MS).alias("step_time_ns"))
+    return StoredWhatIf(float(measured["value"][0]) * NS_PER_MS, sc)

@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
+from ..rules import NS_PER_MS
+
 if TYPE_CHECKING:  # the store and trend import this module's schema without the analysis stages
     from ..analysis import Analysis
 
@@ -126,16 +128,16 @@ def _whatif_and_verdict(a: Analysis) -> pl.DataFrame:
     rows: list[dict] = []
     w = a.whatif
     if w is not None:
-        rows.append(_scalar("whatif_measured_step_time_ms", w.measured_step_time_ns / 1e6))
+        rows.append(_scalar("whatif_measured_step_time_ms", w.measured_step_time_ns / NS_PER_MS))
         rows.append(_scalar("whatif_replay_error_pct", w.replay_error_pct))
         if w.ideal_speedup is not None:
             rows.append(_scalar("ideal_speedup", w.ideal_speedup))
         for name, step_ns, pct in w.scenarios.select("name", "step_time_ns", "saving_pct").iter_rows():
-            rows.append(_scalar("whatif_step_time_ms", None if step_ns is None else step_ns / 1e6, item=name))
+            rows.append(_scalar("whatif_step_time_ms", None if step_ns is None else step_ns / NS_PER_MS, item=name))
             rows.append(_scalar("whatif_saving_pct", pct, item=name))
     for i, v in enumerate(a.roots):
         # item: the kind; step: the root's order (0 = the verdict)
-        rows.append(_scalar("root_root_caused_wait_ms", v.root_caused_wait_ns / 1e6, rank=v.rank, step=i, item=v.kind))
+        rows.append(_scalar("root_root_caused_wait_ms", v.root_caused_wait_ns / NS_PER_MS, rank=v.rank, step=i, item=v.kind))
         rows.append(_scalar("root_confidence", v.confidence, rank=v.rank, step=i, item=v.kind))
     rows.append(_scalar("straggler_found", 1.0 if a.verdict is not None else 0.0))
     return pl.DataFrame(rows, schema=ROW_SCHEMA) if rows else pl.DataFrame(schema=ROW_SCHEMA)
@@ -162,5 +164,5 @@ def verdict(a: Analysis) -> dict | None:
     v = a.verdict
     if v is None:
         return None
-    return {"rank": int(v.rank), "kind": v.kind, "root_caused_wait_ms": v.root_caused_wait_ns / 1e6,
+    return {"rank": int(v.rank), "kind": v.kind, "root_caused_wait_ms": v.root_caused_wait_ns / NS_PER_MS,
             "confidence": float(v.confidence), "chain": [list(c.via) for c in v.chain]}

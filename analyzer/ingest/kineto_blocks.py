@@ -21,6 +21,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
+from ..rules import STEP_PREFIX
 from . import json_depth
 from .kineto_events import _CHUNK_EVENTS, _EVENT, Buffer, _Event, _Header, _Selection
 from .kineto_scan import _EVENTS_KEY, _SCAN_CATS, _number, _Resident
@@ -33,7 +34,7 @@ _LONG = 19  # digits from which a correlation may not fit int64: such a block is
 
 def _hit_regex(cats: tuple[str, ...]) -> str:
     alts = "|".join(re.escape(c) for c in sorted(set(cats), key=len, reverse=True))
-    return rf'"cat"\s*:\s*"(?:{alts})"|record_param_comms|ProfilerStep#'
+    return rf'"cat"\s*:\s*"(?:{alts})"|record_param_comms|{STEP_PREFIX}'
 
 
 _HITS = _hit_regex(_SCAN_CATS)

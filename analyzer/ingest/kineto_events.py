@@ -13,6 +13,7 @@ from typing import Any
 import msgspec
 import polars as pl
 
+from ..rules import STEP_MARKER, STEP_PREFIX
 from .kineto_tables import (
     _CPU_CATS,
     _GPU_CATS,
@@ -73,7 +74,7 @@ _DECODER = msgspec.json.Decoder(_Trace)
 _HEADER = msgspec.json.Decoder(_Header)
 _EVENT = msgspec.json.Decoder(_Event)
 _CHUNK_EVENTS = msgspec.json.Decoder(list[_Event])
-_STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
+_STEP_RE = re.compile(STEP_MARKER)
 
 
 def launches_of_gpu_work(cpu: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
@@ -122,7 +123,7 @@ class _Selection:
                 comm.append(e)
             if cat == "gpu_user_annotation" or cat == "user_annotation" or cat == "cpu_op":
                 # the default marker can only match names starting "ProfilerStep#": skip the regex otherwise
-                if plain and not (type(name) is str and name.startswith("ProfilerStep#")):
+                if plain and not (type(name) is str and name.startswith(STEP_PREFIX)):
                     continue
                 if pattern.search(str(name)):
                     (gsteps if cat == "gpu_user_annotation" else csteps).append(e)

@@ -11,6 +11,7 @@ import msgspec
 import polars as pl
 
 from ..model import COMM_CALL_SCHEMA, CPU_SCHEMA, GPU_SCHEMA, STEP_SCHEMA, conform
+from ..rules import DIRECTED_P2P_OPS
 from ..timeline import gpu_kind, op_from_collective_name
 from .timestamps import us_numbers_to_ns, us_text_to_ns
 
@@ -195,7 +196,7 @@ def _comm_calls(sel: list[Any], rank: int, times: _Times) -> pl.DataFrame:
         rows["out_bytes"].append(n_out * size if size and n_out is not None else None)
         rows["group_size"].append(_as_int(a.group_size))
         rows["group_ranks"].append(_ranks_text(a.pg_ranks))
-        p2p = rows["op"][-1] in ("send", "recv")
+        p2p = rows["op"][-1] in DIRECTED_P2P_OPS
         rows["peer"].append(_as_int(a.dst_rank if a.dst_rank is not None else a.src_rank) if p2p else None)
         rows["peer_group_rank"].append(_as_int(a.rank_arg) if p2p else None)
         rows["in_splits"].append(_ranks_text(a.in_split))

@@ -17,14 +17,15 @@ import polars as pl
 
 from ..errors import UsageError
 from ..model import COMM_CALL_SCHEMA, STEP_SCHEMA
+from ..rules import DIRECTED_P2P_OPS, NVTX_STEP_MARKER, STEP_PREFIX
 from ..timeline import op_from_collective_name
 from .nsys_schema import NVTX_DOMAIN_CREATE, NVTX_RANGE_TYPES, Schema, col, fetch, pid_of, tid_of
 
-DEFAULT_STEP_MARKER = r"ProfilerStep#(\d+)"
+DEFAULT_STEP_MARKER = NVTX_STEP_MARKER  # unanchored: see rules.py
 _NCCL_API = r"^nccl[A-Z][A-Za-z0-9_]*$"
 _TORCH_NCCL = r"^nccl:([A-Za-z_]+)"  # PyTorch's own record_function("nccl:all_reduce") ranges
 _COMM_OPS = frozenset(
-    {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce", "send", "recv",
+    {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce", *DIRECTED_P2P_OPS,
      "gather", "scatter"}
 )
 
@@ -100,10 +101,10 @@ def _wanted(cols: frozenset[str], strings: bool, nccl_domains: list[int], marker
     if nccl_domains and "domainId" in cols:
         conds.append(f"n.domainId IN ({', '.join(str(int(d)) for d in nccl_domains)})")
     if "text" in cols:
-        conds += [f"n.text GLOB '{texts}'", "instr(n.text, 'ProfilerStep#') > 0"]
+        conds += [f"n.text GLOB '{texts}'", f"instr(n.text, '{STEP_PREFIX}') > 0"]
     if "textId" in cols and strings:
         conds.append(f"n.textId IN (SELECT id FROM StringIds WHERE value GLOB '{texts}' "
-                     "OR instr(value, 'ProfilerStep#') > 0)")
+                     f"OR instr(value, '{STEP_PREFIX}') > 0)")
     return f" AND ({' OR '.join(conds)})" if conds else " AND 0"
 
 
@@ -216,7 +217,7 @@ def _sizes(op: str, nbytes: int | None, nranks: int | None) -> tuple[int | None,
 def _call(pid: int, tid: int, start: int, end: int, members: list[tuple[str, dict[str, Any]]],
           nranks_of: dict[str, int], pids_of: dict[str, dict[int, int]] | None = None) -> dict[str, Any]:
     ops = {op for op, _ in members}
-    op = ops.pop() if len(ops) == 1 else ("send_recv" if ops == {"send", "recv"} else "coalesced")
+    op = ops.pop() if len(ops) == 1 else ("send_recv" if ops == set(DIRECTED_P2P_OPS) else "coalesced")
     pgs = {_pg(p.get("comm")) for _, p in members}
     pg = pgs.pop() if len(pgs) == 1 else None
     size = nranks_of.get(pg) if pg else None
@@ -226,7 +227,7 @@ def _call(pid: int, tid: int, start: int, end: int, members: list[tuple[str, dic
     # a lone send/recv names its peer by communicator rank; the communicator's members (init payloads
     # of every process in the report) turn it, and the member list, into processes (ranks later)
     where = (pids_of or {}).get(pg or "", {})
-    peer = members[0][1].get("peer") if len(members) == 1 and op in ("send", "recv") else None
+    peer = members[0][1].get("peer") if len(members) == 1 and op in DIRECTED_P2P_OPS else None
     full = bool(size) and len(where) == size
     return {
         "pid": pid, "tid": tid, "start_ns": start, "end_ns": end, "op": op, "pg": pg,

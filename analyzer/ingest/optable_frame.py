@@ -16,12 +16,13 @@ from pathlib import Path
 import polars as pl
 
 from ..errors import TraceError
+from ..rules import NS_PER_UNIT
 from .optable_ops import STREAM_COMPUTE, UNKNOWN_KIND, op_rules
 from .source import head
 
 REQUIRED = ("rank", "step", "optype")
 OPTIONAL_INT = ("dp_rank", "stage", "seq_id", "mc", "gmc", "mb_id")
-_UNITS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
+_UNITS = NS_PER_UNIT
 WHATIF_TIMES = ("start_ts", "duration")  # the What-if dialect: seconds (its wia.py: EPS = 1e-2 is "10ms")
 _HINT = "an op table needs rank, step, optype, start and duration columns (see the README's Op tables)"
 

@@ -21,6 +21,7 @@ import polars as pl
 
 from ..collectives import bus_factor_expr
 from ..errors import UsageError
+from ..rules import NS_PER_MS, P2P_OPS
 from ..timeline import union
 from .flat import FlatAxis
 
@@ -121,7 +122,7 @@ def from_description(desc: str | None) -> str | None:
 
 # what a group carried: only send/recv ("p2p"), only all-to-all ("a2a"), else null
 _TRAFFIC = (
-    pl.when(pl.col("op").is_in(["send", "recv", "send_recv"]).all()).then(pl.lit("p2p"))
+    pl.when(pl.col("op").is_in(P2P_OPS).all()).then(pl.lit("p2p"))
     .when((pl.col("op") == "all_to_all").all()).then(pl.lit("a2a"))
     .otherwise(None).alias("_traffic")
 )
@@ -394,11 +395,11 @@ def per_rank(rows: pl.DataFrame, gpu: pl.DataFrame, ranks: list[int],
         out = out.with_columns(pl.lit(None, dtype=pl.Float64).alias("_root"))
     return out.select(
         pl.col("rank").cast(pl.Int32), "dimension",
-        (pl.col("_len") / 1e6).alias("comm_ms"), (pl.col("_exp") / 1e6).alias("exposed_comm_ms"),
-        (pl.col("_kwait") * pl.col("_scale") / 1e6).alias("exposed_wait_ms"),
-        ((pl.col("_exp") - pl.col("_kwait") * pl.col("_scale")) / 1e6).alias("exposed_transfer_ms"),
-        (pl.col("wait_ns") / 1e6).alias("wait_ms"),
-        (pl.col("_root").fill_null(0.0) / 1e6 if flows is not None else pl.lit(None, dtype=pl.Float64))
+        (pl.col("_len") / NS_PER_MS).alias("comm_ms"), (pl.col("_exp") / NS_PER_MS).alias("exposed_comm_ms"),
+        (pl.col("_kwait") * pl.col("_scale") / NS_PER_MS).alias("exposed_wait_ms"),
+        ((pl.col("_exp") - pl.col("_kwait") * pl.col("_scale")) / NS_PER_MS).alias("exposed_transfer_ms"),
+        (pl.col("wait_ns") / NS_PER_MS).alias("wait_ms"),
+        (pl.col("_root").fill_null(0.0) / NS_PER_MS if flows is not None else pl.lit(None, dtype=pl.Float64))
         .alias("root_caused_wait_ms"),
         pl.col("_busbw").alias("busbw_gbps_p50"),
     ).filter(pl.col("rank").is_in(ranks)).sort("rank", pl.col("dimension").replace_strict(

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import polars as pl
 
+from ..rules import NS_PER_MS
+
 
 def _per_peer(rows: pl.DataFrame, splits: str, nbytes: str, direction: str) -> pl.DataFrame:
     """rank, instance, peer (global), bytes for one side (sent: in, received: out)."""
@@ -52,7 +54,7 @@ def analyze(rows: pl.DataFrame) -> dict | None:
     )
     info = a2a.group_by("instance").agg(
         pl.col("pg").first(), pl.col("step").min(), pl.col("start_ns").min(),
-        (pl.col("wait_ns").max() / 1e6).alias("max_wait_ms") if "wait_ns" in a2a.columns
+        (pl.col("wait_ns").max() / NS_PER_MS).alias("max_wait_ms") if "wait_ns" in a2a.columns
         else pl.lit(None, dtype=pl.Float64).alias("max_wait_ms"),
     )
     per_inst = per_inst.join(info, on="instance").sort("start_ns", "instance")

@@ -28,8 +28,8 @@ import polars as pl
 
 from ..collectives import bus_factor_expr
 from ..model import InspectorLog
+from ..rules import NS_PER_MS
 
-NS_PER_MS = 1e6
 SLOW_LINK_RATIO = 0.7
 MIN_Z = 3.5
 MIN_SHARE = 0.1

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import polars as pl
 
+from ..rules import NS_PER_MS, RECEIVING_P2P_OPS
 from .flat import FlatAxis
 
 P2P_RULES = ("p2p_peer", "p2p_pair")
 USEFUL_KINDS = ("compute", "memcpy", "memset")
 # a batch's one kernel sends and receives; on the last stage its first batch of a step is the first receive
-_RECEIVING = ("recv", "send_recv")
+_RECEIVING = RECEIVING_P2P_OPS
 
 
 def _batched(rows: pl.DataFrame) -> pl.Expr:
@@ -145,7 +146,7 @@ def analyze(rows: pl.DataFrame, gpu: pl.DataFrame, windows: pl.DataFrame, offset
         pl.col("bubble_ns").sum(), pl.col("span_ns").sum(), pl.col("_b0").sum(), pl.col("_b1").sum(),
         pl.col("_b2").sum(), pl.col("_compute").sum(), pl.col("step").n_unique().alias("steps"),
     ).join(recv_wait, on="rank", how="left").with_columns(pl.col("recv_wait_ns").fill_null(0))
-    per_step = 1e6 * pl.col("steps")
+    per_step = NS_PER_MS * pl.col("steps")
     table = per_rank.group_by("stage").agg(
         pl.col("rank").sort().alias("ranks"),
         (pl.col("bubble_ns") / per_step).mean().alias("bubble_ms"),
@@ -157,7 +158,7 @@ def analyze(rows: pl.DataFrame, gpu: pl.DataFrame, windows: pl.DataFrame, offset
         (pl.col("span_ns") / per_step).mean().alias("step_ms"),
         (pl.col("_compute") / per_step).mean().alias("compute_ms"),
     ).join(caused, on="stage", how="left").with_columns(
-        (pl.col("caused_wait_ns").fill_null(0) / 1e6 / n_steps).alias("caused_wait_ms")
+        (pl.col("caused_wait_ns").fill_null(0) / NS_PER_MS / n_steps).alias("caused_wait_ms")
     ).drop("caused_wait_ns").sort("stage")
     return {
         "stage_source": source,

@@ -6,8 +6,7 @@ import math
 
 from ..analysis import Analysis
 from ..counterfactual import AXES, Counterfactual, deciding
-
-NS_PER_MS = 1e6
+from ..rules import NS_PER_MS
 
 
 def _num(x: float | None) -> float | None:

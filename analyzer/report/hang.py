@@ -9,6 +9,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 from ..hang_analysis import HangAnalysis
+from ..rules import NS_PER_S
 
 MAX_ALSO = 5  # further stuck groups named under the headline
 
@@ -45,7 +46,7 @@ def size_text(n: int | None) -> str:
 def clock_text(ns: int | None) -> str:
     if not ns:
         return "an unknown time"
-    t = datetime.fromtimestamp(ns / 1e9, tz=timezone.utc)
+    t = datetime.fromtimestamp(ns / NS_PER_S, tz=timezone.utc)
     return t.strftime("%H:%M:%S.") + f"{t.microsecond // 100000} UTC"
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 from ..hang_analysis import HangAnalysis
+from ..rules import NS_PER_S
 from .json import SCHEMA, _records, clean, dumps
 
 HANG_FIELDS = ("group", "dimension", "seq", "op", "bytes", "dtype", "waiting", "missing", "mismatched",
@@ -24,7 +25,7 @@ P2P_FIELDS = ("pg", "op", "src", "dst", "rank", "peer", "seq", "bytes", "dtype",
 def _hang(h: dict | None) -> dict | None:
     if h is None:
         return None
-    since = datetime.fromtimestamp(h["since_ns"] / 1e9, tz=timezone.utc) if h["since_ns"] else None
+    since = datetime.fromtimestamp(h["since_ns"] / NS_PER_S, tz=timezone.utc) if h["since_ns"] else None
     full = {**h, "since_utc": since.isoformat(timespec="milliseconds") if since else None,
             "src": h.get("src"), "dst": h.get("dst"),
             "completed": len(h["completed"])}  # a count: the members that finished it (thousands at scale)

@@ -15,6 +15,7 @@ import polars as pl
 
 from ..analysis import Analysis
 from ..metrics.stragglers import Verdict
+from ..rules import NS_PER_MS, NS_PER_US
 from .counterfactual import counterfactual_dict
 from .whatif import critical_path_records, whatif_dict
 
@@ -60,6 +61,9 @@ def _number(v: float | None) -> float | None:
     return None if v is None or math.isnan(v) or math.isinf(v) else round(v, 6)
 
 
+_SIX_DECIMALS = 10.0**6  # rounding to 6 decimals, not a unit
+
+
 def _numbers(s: pl.Series) -> list[float | None]:
     """``[_number(v) for v in s]``, the same floats bit for bit, a column at a time: round(x, 6) is the
     double nearest k / 10^6 for k = x * 10^6 rounded, which numpy gives wherever x * 10^6 is not within
@@ -67,8 +71,8 @@ def _numbers(s: pl.Series) -> list[float | None]:
     x = s.cast(pl.Float64).to_numpy()
     finite = np.isfinite(x)
     with np.errstate(invalid="ignore", over="ignore"):
-        f = x * 1e6
-        out = np.rint(f) / 1e6
+        f = x * _SIX_DECIMALS
+        out = np.rint(f) / _SIX_DECIMALS
         near = finite & ((np.abs(f - np.floor(f) - 0.5) < 1e-6) | (np.abs(f) > 2.0**50))
     for i in np.flatnonzero(near):
         out[i] = round(float(x[i]), 6)
@@ -103,15 +107,15 @@ def _records(df: pl.DataFrame, fields: tuple[str, ...]) -> list[dict]:
 
 def _verdict(v: Verdict) -> dict:
     return clean({
-        "rank": v.rank, "kind": v.kind, "root_caused_wait_ms": v.root_caused_wait_ns / 1e6,
-        "caused_wait_ms": v.caused_wait_ns / 1e6, "confidence": v.confidence, "chronic": v.chronic,
+        "rank": v.rank, "kind": v.kind, "root_caused_wait_ms": v.root_caused_wait_ns / NS_PER_MS,
+        "caused_wait_ms": v.caused_wait_ns / NS_PER_MS, "confidence": v.confidence, "chronic": v.chronic,
         "last_arrival_pct": v.last_arrival_pct, "steps_last": v.steps_last, "steps_seen": v.steps_seen,
-        "idle_before_ms": v.idle_before_ns / 1e6, "compute_before_ms": v.compute_before_ns / 1e6,
+        "idle_before_ms": v.idle_before_ns / NS_PER_MS, "compute_before_ms": v.compute_before_ns / NS_PER_MS,
         "instances_last": v.instances_last, "effect": v.effect,
-        "saving_ms": None if v.saving_ns is None else v.saving_ns / 1e6, "saving_pct": v.saving_pct,
-        "added_ms": None if v.added_ns is None else v.added_ns / 1e6,
+        "saving_ms": None if v.saving_ns is None else v.saving_ns / NS_PER_MS, "saving_pct": v.saving_pct,
+        "added_ms": None if v.added_ns is None else v.added_ns / NS_PER_MS,
         "chain": [{"via": list(c.via), "pg": list(c.pg), "groups": c.groups, "peers": c.peers,
-                   "wait_ms": c.wait_ns / 1e6} for c in v.chain],
+                   "wait_ms": c.wait_ns / NS_PER_MS} for c in v.chain],
     })
 
 
@@ -124,9 +128,9 @@ def to_dict(a: Analysis) -> dict:
         ranks.append(clean(rec))
     roots = [_verdict(v) for v in a.roots]
     ranking = [
-        clean({"rank": r["rank"], "root_caused_wait_ms": r["root_caused_wait_ns"] / 1e6,
-               "propagated_wait_ms": r["propagated_wait_ns"] / 1e6, "caused_wait_ms": r["caused_wait_ns"] / 1e6,
-               "wait_ms": r["wait_ns"] / 1e6, "last_arrival_pct": r["last_arrival_pct"],
+        clean({"rank": r["rank"], "root_caused_wait_ms": r["root_caused_wait_ns"] / NS_PER_MS,
+               "propagated_wait_ms": r["propagated_wait_ns"] / NS_PER_MS, "caused_wait_ms": r["caused_wait_ns"] / NS_PER_MS,
+               "wait_ms": r["wait_ns"] / NS_PER_MS, "last_arrival_pct": r["last_arrival_pct"],
                "steps_last": r["steps_last"], "instances": r["instances"]})
         for r in a.ranking.to_dicts()
     ]
@@ -139,13 +143,13 @@ def to_dict(a: Analysis) -> dict:
         "collectives": _records(a.collectives, COLLECTIVE_FIELDS),
         "bandwidth": _records(a.bandwidth, tuple(a.bandwidth.columns)),
         "stragglers": {"verdict": roots[0] if roots else None, "roots": roots, "ranking": ranking,
-                       "transfer_caused_wait_ms": _number(a.blame.transfer_caused_ns / 1e6) if a.blame else None,
+                       "transfer_caused_wait_ms": _number(a.blame.transfer_caused_ns / NS_PER_MS) if a.blame else None,
                        **counterfactual_dict(a)},
         "clock": clean({
             "method": fit.method,
             "reference_rank": fit.reference,
-            "offsets_us": {str(r): o / 1e3 for r, o in sorted(fit.offsets_ns.items())},
-            "uncertainty_us": fit.uncertainty_ns / 1e3 if fit.uncertainty_ns is not None else None,
+            "offsets_us": {str(r): o / NS_PER_US for r, o in sorted(fit.offsets_ns.items())},
+            "uncertainty_us": fit.uncertainty_ns / NS_PER_US if fit.uncertainty_ns is not None else None,
             "instances": fit.instances,
         }),
         "process_groups": _records(a.process_groups, PROCESS_GROUP_FIELDS) if a.process_groups is not None else [],

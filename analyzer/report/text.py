@@ -11,6 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..analysis import Analysis
+from ..rules import NS_PER_US
 from .dimensions import summary as dim_summary
 from .inspector import cell as inspector_cell
 from .inspector import tables as inspector_tables
@@ -131,9 +132,9 @@ def render(a: Analysis, width: int | None = None, color: bool = False, show_step
     fit = a.clock
     con.print()
     if fit.method != "none":
-        offs = ", ".join(f"{r}: {o / 1e3:+.1f}" for r, o in sorted(fit.offsets_ns.items()))
+        offs = ", ".join(f"{r}: {o / NS_PER_US:+.1f}" for r, o in sorted(fit.offsets_ns.items()))
         con.print(f"Clock offsets (us, vs rank {fit.reference}): {offs}; uncertainty "
-                  f"{(fit.uncertainty_ns or 0) / 1e3:.1f} us from {fit.instances} collectives")
+                  f"{(fit.uncertainty_ns or 0) / NS_PER_US:.1f} us from {fit.instances} collectives")
     for line in whatif_lines(a):
         con.print(line)
     for w in a.warnings:

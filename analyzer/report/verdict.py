@@ -5,6 +5,7 @@ from __future__ import annotations
 from ..analysis import Analysis
 from ..metrics.stragglers import Verdict
 from ..ranklist import compact
+from ..rules import NS_PER_MS
 from .counterfactual import lead as cf_lead
 from .inspector import headline as inspector_headline
 
@@ -63,21 +64,21 @@ def headline(a: Analysis) -> list[str]:
         lines.append(first)
     if v is not None:
         cause = {
-            "host": f"host-bound: its GPU sat idle {v.idle_before_ns / 1e6 / max(v.steps_last, 1):,.1f} ms per step "
+            "host": f"host-bound: its GPU sat idle {v.idle_before_ns / NS_PER_MS / max(v.steps_last, 1):,.1f} ms per step "
                     "while the others already waited",
-            "compute": f"compute-bound: it ran {v.compute_before_ns / 1e6 / max(v.steps_seen, 1):,.1f} ms more compute "
-                       "per step than its peers",
+            "compute": f"compute-bound: it ran {v.compute_before_ns / NS_PER_MS / max(v.steps_seen, 1):,.1f} ms "
+                       "more compute per step than its peers",
             "unknown": "cause unclear: its GPU was neither mostly idle nor mostly computing before the late collectives",
         }[v.kind]
         pattern = "chronic" if v.chronic else "transient"
         steps = f" over {v.steps_last} of {v.steps_seen} steps" if v.steps_seen else ""
-        lines.append(f"Straggler: rank {v.rank} is the root of {v.root_caused_wait_ns / 1e6:,.1f} ms of the others' "
+        lines.append(f"Straggler: rank {v.rank} is the root of {v.root_caused_wait_ns / NS_PER_MS:,.1f} ms of the others' "
                      f"wait{steps} ({cause}; {pattern}).")
         hops = chain_text(v, _pg_dimensions(a))
         if hops:
             lines.append(hops)
         for extra in a.roots[1:]:
-            lines.append(f"Also a root: rank {extra.rank} ({extra.kind}), {extra.root_caused_wait_ns / 1e6:,.1f} ms "
+            lines.append(f"Also a root: rank {extra.rank} ({extra.kind}), {extra.root_caused_wait_ns / NS_PER_MS:,.1f} ms "
                          "of the others' wait.")
     elif a.matching.get("instances") and a.counterfactual is None:
         lines.append("No straggler: the wait the ranks cause each other is spread evenly.")

@@ -6,8 +6,8 @@ import polars as pl
 
 from ..analysis import Analysis
 from ..metrics.critical_path import step_summary
+from ..rules import NS_PER_MS
 
-NS_PER_MS = 1e6
 _CP_FIELDS = ("compute", "exposed_transfer", "wait", "host_idle")
 
 

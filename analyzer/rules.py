@@ -1,0 +1,39 @@
+"""The ground floor of rules every stage imports and none restates: the op taxonomy (p2p and
+blocking sets), bus-bandwidth factors, the default step marker and units.
+
+Nothing here imports from the project: this module sits below ingest, so any stage may read it.
+``tests/test_rules.py`` greps the tree for restatements of these rules.
+"""
+
+from __future__ import annotations
+
+# ----------------------------------------------------------------------------- units
+# Inside, times are int64 ns; ms (and us for clock offsets) appear only at the edge. The float
+# constants keep every division exactly what the literal ``/ 1e6`` gave before.
+NS_PER_US = 1e3
+NS_PER_MS = 1e6
+NS_PER_S = 1e9
+NS_PER_UNIT = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}  # exact ints: unit name -> ns
+
+# ----------------------------------------------------------------------------- op taxonomy
+DIRECTED_P2P_OPS = ("send", "recv")  # one direction, one peer
+P2P_OPS = (*DIRECTED_P2P_OPS, "send_recv")  # send_recv: a batched exchange (batch_isend_irecv)
+RECEIVING_P2P_OPS = ("recv", "send_recv")  # ops a pipeline stage waits on for its input
+# Ops every member must enter and that end almost together on every rank: the clock fit's anchors.
+BLOCKING_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "barrier")
+
+# ----------------------------------------------------------------------------- bus bandwidth
+# nccl-tests (doc/PERFORMANCE.md): busbw = algbw * factor(op, n); all_reduce 2(n-1)/n,
+# all_gather / reduce_scatter / all_to_all (n-1)/n, every other op 1.
+BUS_FACTOR_TWICE = ("all_reduce",)
+BUS_FACTOR_ONCE = ("all_gather", "reduce_scatter", "all_to_all")  # collectives.bus_factor_expr applies them
+
+
+# ----------------------------------------------------------------------------- steps
+# One rule: a step is a range named ``ProfilerStep#N`` (PyTorch's profiler), N its number.
+# Kineto writes the name exactly, so the Kineto readers and host windows match it anchored.
+# Nsight keeps it unanchored on purpose: NVTX ranges from ``emit_nvtx`` carry the same name with
+# suffixes (", seq = N", sizes) and anchoring would drop them; the Nsight JSON reports stay as they were.
+STEP_PREFIX = "ProfilerStep#"
+STEP_MARKER = rf"^{STEP_PREFIX}(\d+)$"
+NVTX_STEP_MARKER = rf"{STEP_PREFIX}(\d+)"
