@@ -22,7 +22,7 @@ def _store(ctx: click.Context, param: click.Parameter, value: Any) -> None:
     if param.name == "max_inflated_bytes":
         size = parse_size(value)
         if size is None or size <= 0:
-            raise click.BadParameter(f"{value!r}: expected a size such as 8G, 512M or 1000000")
+            raise click.BadParameter(f"{value!r}: expected a size such as 8G, 512M or 1048576")
         value = size
     ctx.meta.setdefault(_KEY, {})[param.name] = value
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import polars as pl
 
 from .ranklist import compact
+from .rules import NS_PER_MS
 
 # how much longer than the rest of its rank's capture an event may be: a kernel launched before the profiler started
 # can outlast the events around it; one that outlasts them by over a second (a dur of 1e15 us) is a broken record
@@ -82,7 +83,7 @@ def _clip_stream_overlaps(gpu: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
     hit = order.filter(over.fill_null(False))
     if hit.height == 0:
         return gpu, []
-    worst = float((hit["end_ns"] - hit["_next"]).max()) / 1e6  # type: ignore[arg-type]
+    worst = float((hit["end_ns"] - hit["_next"]).max()) / NS_PER_MS  # type: ignore[arg-type]
     fixed = order.with_columns(
         pl.when(over.fill_null(False)).then(pl.col("_next")).otherwise(pl.col("end_ns")).alias("end_ns")
     ).sort("_i").select(gpu.columns)

@@ -37,7 +37,7 @@ _UNIT = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 
 def parse_size(text: str) -> int | None:
-    """``"8G"``, ``"512MiB"``, ``"1000000"`` -> bytes; None when it is not a size."""
+    """``"8G"``, ``"512MiB"``, ``"1048576"`` -> bytes; None when it is not a size."""
     m = _SIZE.match(str(text))
     if m is None:
         return None
