@@ -101,6 +101,9 @@ class Fold:
             self.progress[(cid, proc)] = max(seq, self.progress.get((cid, proc), seq))
         self.open.append(coll)
         self.n_open += coll.height
+
+    def step(self) -> None:
+        """After a block of every file: fold the instances that can no longer get a record."""
         self._close(final=False)
 
     def end_of(self, proc: int) -> None:

@@ -21,10 +21,13 @@ from .inspector_decode import KNOWN_VERSIONS, OPS, Reading, concat
 from .inspector_fold import Fold, Folded
 from .inspector_ranks import map_ranks
 
+# a block of every file is open at once (64 files x 1 MB: ~150 k records), then folded
+STREAM_BLOCK_BYTES = 1 << 20
+
 
 def fold_files(files: list[Path], timeline_max: int) -> tuple[Folded, dict]:
     """Every file's records folded; returns the aggregates and what ``finish`` needs to map ranks."""
-    readers = [Reading(p, per_block=True) for p in files]
+    readers = [Reading(p, block_bytes=STREAM_BLOCK_BYTES) for p in files]
     gens = {fi: r.batches() for fi, r in enumerate(readers)}
     ids: dict[str, int] = {}
     procs: dict[str, int] = {}
@@ -35,13 +38,13 @@ def fold_files(files: list[Path], timeline_max: int) -> tuple[Folded, dict]:
     verbose: list[pl.DataFrame] = []
     n_verbose = n_records = 0
     while gens:
+        raws, ended = [], []
         for fi in list(gens):
             try:
                 raw = next(gens[fi])
             except StopIteration:
                 del gens[fi]
-                for p in set(meta_maps[fi]):
-                    fold.end_of(p)
+                ended.append(fi)
                 continue
             r = readers[fi]
             for h in r.cols.headers[len(hdr_maps[fi]):]:
@@ -49,30 +52,35 @@ def fold_files(files: list[Path], timeline_max: int) -> tuple[Folded, dict]:
             for m in r.cols.metas[len(meta_maps[fi]):]:
                 key = f"{m.hostname}:{m.pid}" if m.hostname and m.pid >= 0 else str(r.path)
                 meta_maps[fi].append(procs.setdefault(key, len(procs)))
-            raw = concat([raw.filter(pl.col("hdr") >= 0)])
-            if raw.height == 0:
-                continue
+            if raw.height:
+                raws.append(raw.with_columns(pl.lit(fi, dtype=pl.Int32).alias("file")))
+        # the round's blocks as one frame: Polars' cost per call is paid once a round, not once a file
+        raw = concat(raws).filter(pl.col("hdr") >= 0) if raws else pl.DataFrame()
+        if raw.height:
             n_records += raw.height
-            used.update((fi, h, m) for h, m in raw.select("hdr", "meta").unique().iter_rows())
-            hm = hdr_maps[fi]
+            used.update(raw.select("file", "hdr", "meta").unique().iter_rows())
+            hdr_tab = pl.DataFrame([(f, i, c, n) for f in range(len(files)) for i, (c, n) in enumerate(hdr_maps[f])],
+                                   schema={"file": pl.Int32, "hdr": pl.Int32, "cid": pl.Int32, "n_ranks": pl.Int32},
+                                   orient="row")
+            meta_tab = pl.DataFrame([(f, i, p) for f in range(len(files)) for i, p in enumerate(meta_maps[f])],
+                                    schema={"file": pl.Int32, "meta": pl.Int32, "proc": pl.Int32}, orient="row")
             ops = {o: OPS.get(o, o.lower()) for o in raw["op"].unique().drop_nulls().to_list()}
             fold.add(raw.select(
-                pl.col("hdr").replace_strict(list(range(len(hm))), [c for c, _ in hm], return_dtype=pl.Int32)
-                .alias("cid"),
-                pl.col("meta").replace_strict(list(range(len(meta_maps[fi]))), meta_maps[fi], return_dtype=pl.Int32)
-                .alias("proc"),
-                pl.col("hdr").replace_strict(list(range(len(hm))), [n for _, n in hm], return_dtype=pl.Int32)
-                .alias("n_ranks"),
-                "p2p", pl.col("op").replace_strict(ops, return_dtype=pl.Utf8).alias("op"), "seq", "bytes",
-                (pl.col("exec_us") * 1000).alias("exec_ns"), "busbw_gbps", pl.col("algo").cast(pl.Utf8),
-                pl.col("proto").cast(pl.Utf8)))
+                "file", "hdr", "meta", "p2p", pl.col("op").replace_strict(ops, return_dtype=pl.Utf8).alias("op"),
+                "seq", "bytes", (pl.col("exec_us") * 1000).alias("exec_ns"), "busbw_gbps",
+                pl.col("algo").cast(pl.Utf8), pl.col("proto").cast(pl.Utf8))
+                .join(hdr_tab, on=["file", "hdr"], how="left").join(meta_tab, on=["file", "meta"], how="left"))
             v = raw.filter(pl.col("kstart_us").is_not_null() & pl.col("kstop_us").is_not_null())
             if v.height:  # the latest operations only (``_latest`` picks whole instances among them)
-                verbose.append(v.with_columns(pl.lit(fi, dtype=pl.Int32).alias("file")))
+                verbose.append(v)
                 n_verbose += v.height
                 if sum(x.height for x in verbose) > 2 * timeline_max:
                     both = pl.concat(verbose, how="diagonal_relaxed")
                     verbose = [both.filter(pl.col("kstart_us") >= both["kstart_us"].top_k(timeline_max).min())]
+        for fi in ended:
+            for p in set(meta_maps[fi]):
+                fold.end_of(p)
+        fold.step()
     return fold.finish(), {"readers": readers, "used": used, "procs": procs, "ids": ids, "verbose": verbose,
                            "n_verbose": n_verbose, "n_records": n_records}
 
