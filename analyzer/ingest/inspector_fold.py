@@ -62,6 +62,8 @@ class Folded:
     sketch: pl.DataFrame  # KEY, m, v, n
     outliers: pl.DataFrame  # cid, seq, op, bytes, n_ranks, last_proc, transfer_ns, max_wait_ns, caused_wait_ns, busbw
     forced: int = 0  # instances closed before all their members' records could have come (the window was full)
+    peak_rows: int = 0
+    peak_open: int = 0
 
 
 @dataclass
@@ -73,6 +75,8 @@ class Fold:
     finished: set[int] = field(default_factory=set)  # procs whose files ended
     parts: dict[str, list[pl.DataFrame]] = field(default_factory=dict)
     forced: int = 0
+    peak_rows: int = 0  # the most rows held at once (open records + aggregates): what memory follows
+    peak_open: int = 0  # the most open collective records at once
 
     def _keep(self, name: str, df: pl.DataFrame) -> None:
         lst = self.parts.setdefault(name, [])
@@ -106,6 +110,12 @@ class Fold:
         """After a block of every file: fold the instances that can no longer get a record."""
         self._close(final=False)
 
+    def open_by_proc(self) -> dict[int, int]:
+        """Open collective records per process (a process far ahead of the others holds many)."""
+        if not self.open:
+            return {}
+        return dict(self.open[0].group_by("proc").len().iter_rows())
+
     def end_of(self, proc: int) -> None:
         """A process's file ended: it holds up no instance any more."""
         self.finished.add(proc)
@@ -134,6 +144,9 @@ class Fold:
         self.n_open = left.height
         if closing.height:
             self._instances(closing)
+        held = sum(d.height for v in self.parts.values() for d in v)
+        self.peak_rows = max(self.peak_rows, rows.height + held)
+        self.peak_open = max(self.peak_open, rows.height)
 
     def _closed_upto(self) -> pl.DataFrame:
         """Per communicator whose members all logged: the coll_sn every unfinished member has reached."""
@@ -216,7 +229,7 @@ class Fold:
             outliers=take("outliers", {"cid": pl.Int32, "seq": pl.Int64, "op": pl.Utf8, "bytes": pl.Int64,
                                        "n_ranks": pl.Int32, "last_proc": pl.Int32, "transfer_ns": pl.Int64,
                                        "max_wait_ns": pl.Int64, "caused_wait_ns": pl.Int64, "busbw_gbps": pl.Float64}),
-            forced=self.forced)
+            forced=self.forced, peak_rows=self.peak_rows, peak_open=self.peak_open)
 
 
 def _top(df: pl.DataFrame) -> pl.DataFrame:

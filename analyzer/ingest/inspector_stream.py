@@ -37,9 +37,15 @@ def fold_files(files: list[Path], timeline_max: int) -> tuple[Folded, dict]:
     fold = Fold()
     verbose: list[pl.DataFrame] = []
     n_verbose = n_records = 0
+    last_block: dict[int, int] = {}  # file -> records in its last block
     while gens:
         raws, ended = [], []
-        for fi in list(gens):
+        # in step: a file whose records wait for the other members' (it is ahead in coll_sn) skips this round,
+        # so the open window does not grow with the drift between files (a rank with more operations than its
+        # peers logs more bytes per coll_sn); when every file waits (a member's log is missing) all are read
+        held = fold.open_by_proc()
+        ahead = {fi for fi in gens if sum(held.get(p, 0) for p in set(meta_maps[fi])) > 2 * last_block.get(fi, 1 << 30)}
+        for fi in [f for f in gens if f not in ahead] or list(gens):
             try:
                 raw = next(gens[fi])
             except StopIteration:
@@ -52,6 +58,7 @@ def fold_files(files: list[Path], timeline_max: int) -> tuple[Folded, dict]:
             for m in r.cols.metas[len(meta_maps[fi]):]:
                 key = f"{m.hostname}:{m.pid}" if m.hostname and m.pid >= 0 else str(r.path)
                 meta_maps[fi].append(procs.setdefault(key, len(procs)))
+            last_block[fi] = raw.height
             if raw.height:
                 raws.append(raw.with_columns(pl.lit(fi, dtype=pl.Int32).alias("file")))
         # the round's blocks as one frame: Polars' cost per call is paid once a round, not once a file
@@ -174,4 +181,4 @@ def _to_ranks(f: Folded, cid_comm: dict[int, int | None], rank_of: dict[int, int
     return Folded(per_proc=comm(f.per_proc).with_columns(rank("proc", "rank")).drop("proc"),
                   per_comm=comm(f.per_comm), bw_stats=comm(f.bw_stats), sketch=comm(f.sketch),
                   outliers=comm(f.outliers).with_columns(rank("last_proc", "last_rank")).drop("last_proc"),
-                  forced=f.forced)
+                  forced=f.forced, peak_rows=f.peak_rows, peak_open=f.peak_open)
