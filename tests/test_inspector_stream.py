@@ -125,3 +125,13 @@ def test_sketch_median_is_exact_under_the_cap_and_within_its_bound_over_it() -> 
         exact = float(np.median(v))
         assert abs(med[k] - exact) <= bound * exact, (k, med[k], exact)
         assert med[k] != exact  # binned indeed
+
+
+def test_streamed_with_worker_processes_gives_the_same_summary(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    write(Spec(nodes=2, gpus_per_node=4, iterations=40, verbose=False, slow_rank=3, slow_link=2, seed=14), tmp_path)
+    files = sorted(tmp_path.glob("*.log"))
+    a, one = _both(files, monkeypatch)
+    two = im.analyze(nccl_inspector.read(files, jobs=2).inspector)  # still streaming, small blocks (monkeypatched)
+    _same(a, two)
+    _same(one, two)

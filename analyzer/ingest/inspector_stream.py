@@ -20,15 +20,26 @@ from ..model import INSPECTOR_COMM_SCHEMA, INSPECTOR_SCHEMA, InspectorLog, confo
 from .inspector_decode import KNOWN_VERSIONS, OPS, Reading, concat
 from .inspector_fold import Fold, Folded
 from .inspector_ranks import map_ranks
+from .inspector_workers import Local, Workers
 
 # a block of every file is open at once (64 files x 1 MB: ~150 k records), then folded
 STREAM_BLOCK_BYTES = 1 << 20
 
 
-def fold_files(files: list[Path], timeline_max: int) -> tuple[Folded, dict]:
+def fold_files(files: list[Path], timeline_max: int, jobs: int = 1) -> tuple[Folded, dict]:
     """Every file's records folded; returns the aggregates and what ``finish`` needs to map ranks."""
-    readers = [Reading(p, block_bytes=STREAM_BLOCK_BYTES) for p in files]
-    gens = {fi: r.batches() for fi, r in enumerate(readers)}
+    readers = [Reading(p) for p in files]  # headers, metadata and counters as the blocks come (read here or not)
+    source = (Workers(files, STREAM_BLOCK_BYTES, jobs) if jobs > 1 and len(files) > 1
+              else Local(files, STREAM_BLOCK_BYTES))
+    try:
+        return _fold(source, readers, timeline_max)
+    finally:
+        source.close()
+
+
+def _fold(source: Local | Workers, readers: list[Reading], timeline_max: int) -> tuple[Folded, dict]:
+    files = [r.path for r in readers]
+    active = set(range(len(files)))
     ids: dict[str, int] = {}
     procs: dict[str, int] = {}
     hdr_maps: list[list[tuple[int, int]]] = [[] for _ in files]  # local header -> (cid, n_ranks)
@@ -38,29 +49,39 @@ def fold_files(files: list[Path], timeline_max: int) -> tuple[Folded, dict]:
     verbose: list[pl.DataFrame] = []
     n_verbose = n_records = 0
     last_block: dict[int, int] = {}  # file -> records in its last block
-    while gens:
-        raws, ended = [], []
+
+    def ask() -> None:
         # in step: a file whose records wait for the other members' (it is ahead in coll_sn) skips this round,
         # so the open window does not grow with the drift between files (a rank with more operations than its
         # peers logs more bytes per coll_sn); when every file waits (a member's log is missing) all are read
         held = fold.open_by_proc()
-        ahead = {fi for fi in gens if sum(held.get(p, 0) for p in set(meta_maps[fi])) > 2 * last_block.get(fi, 1 << 30)}
-        for fi in [f for f in gens if f not in ahead] or list(gens):
-            try:
-                raw = next(gens[fi])
-            except StopIteration:
-                del gens[fi]
-                ended.append(fi)
-                continue
+        ahead = {fi for fi in active
+                 if sum(held.get(p, 0) for p in set(meta_maps[fi])) > 2 * last_block.get(fi, 1 << 30)}
+        source.ask(sorted(active - ahead) or sorted(active))
+
+    ask()
+    while True:
+        raws, ended = [], []
+        for fi, raw, new_h, new_m, end in source.take():
             r = readers[fi]
-            for h in r.cols.headers[len(hdr_maps[fi]):]:
+            r.cols.headers.extend(new_h)
+            r.cols.metas.extend(new_m)
+            for h in new_h:
                 hdr_maps[fi].append((ids.setdefault(h.id, len(ids)), h.n_ranks))
-            for m in r.cols.metas[len(meta_maps[fi]):]:
+            for m in new_m:
                 key = f"{m.hostname}:{m.pid}" if m.hostname and m.pid >= 0 else str(r.path)
                 meta_maps[fi].append(procs.setdefault(key, len(procs)))
+            if raw is None:
+                r.lines, r.bad, r.first_bad, r.truncated = end["lines"], end["bad"], end["first_bad"], end["truncated"]
+                r.cols.unknown, r.cols.no_header = end["unknown"], end["no_header"]
+                active.discard(fi)
+                ended.append(fi)
+                continue
             last_block[fi] = raw.height
             if raw.height:
                 raws.append(raw.with_columns(pl.lit(fi, dtype=pl.Int32).alias("file")))
+        if active:
+            ask()  # the next round is decoded (by the workers) while this one is folded
         # the round's blocks as one frame: Polars' cost per call is paid once a round, not once a file
         raw = concat(raws).filter(pl.col("hdr") >= 0) if raws else pl.DataFrame()
         if raw.height:
@@ -88,11 +109,14 @@ def fold_files(files: list[Path], timeline_max: int) -> tuple[Folded, dict]:
             for p in set(meta_maps[fi]):
                 fold.end_of(p)
         fold.step()
+        if not active:
+            break
     return fold.finish(), {"readers": readers, "used": used, "procs": procs, "ids": ids, "verbose": verbose,
                            "n_verbose": n_verbose, "n_records": n_records}
 
 
-def read_streaming(files: list[Path], timeline_max: int) -> tuple[InspectorLog, list[str], pl.DataFrame, object]:
+def read_streaming(files: list[Path], timeline_max: int,
+                   jobs: int = 1) -> tuple[InspectorLog, list[str], pl.DataFrame, object]:
     """The job's logs -> an ``InspectorLog`` carrying ``folded`` aggregates (no per-record table), the readers'
     warnings, the latest verbose records (raw, with ``file``: the caller maps them) and the rank mapping."""
     from .nccl_inspector import _file_warnings, _mapped
@@ -100,7 +124,7 @@ def read_streaming(files: list[Path], timeline_max: int) -> tuple[InspectorLog, 
     was = gc.isenabled()
     gc.disable()  # as ``read_file``: many short-lived objects a block, no cycles
     try:
-        folded, st = fold_files(files, timeline_max)
+        folded, st = fold_files(files, timeline_max, jobs)
     finally:
         if was:
             gc.enable()

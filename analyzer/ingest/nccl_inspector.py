@@ -61,7 +61,7 @@ def read(files: list[Path], jobs: int | None = None) -> TraceSet:
     Files are decoded in ``jobs`` worker processes (default: the cores), each file's columns sent back."""
     jobs = min(jobs or os.cpu_count() or 1, len(files))
     if sum(_size(p) for p in files) >= STREAM_MIN_BYTES:
-        return _streamed(files)
+        return _streamed(files, jobs)
     if jobs <= 1:
         return assemble([read_file(p) for p in files])
     from concurrent.futures import ProcessPoolExecutor
@@ -153,10 +153,10 @@ def _size(p: Path) -> int:
         return 0
 
 
-def _streamed(files: list[Path]) -> TraceSet:
+def _streamed(files: list[Path], jobs: int) -> TraceSet:
     from .inspector_stream import read_streaming
 
-    log, warnings, verbose, ranks = read_streaming(files, TIMELINE_MAX_RECORDS)
+    log, warnings, verbose, ranks = read_streaming(files, TIMELINE_MAX_RECORDS, jobs)
     n = log.counts["verbose_records"]
     if verbose.height:
         verbose, since = _latest(verbose, TIMELINE_MAX_RECORDS)
