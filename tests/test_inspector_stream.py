@@ -135,3 +135,23 @@ def test_streamed_with_worker_processes_gives_the_same_summary(tmp_path: Path,
     two = im.analyze(nccl_inspector.read(files, jobs=2).inspector)  # still streaming, small blocks (monkeypatched)
     _same(a, two)
     _same(one, two)
+
+
+def test_streamed_verbose_logs_put_their_latest_part_on_the_timeline(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    truth = write(Spec(nodes=2, gpus_per_node=4, iterations=30, verbose=True, slow_rank=6, seed=4), tmp_path)
+    files = sorted(tmp_path.glob("*.log"))
+    monkeypatch.setattr(nccl_inspector, "STREAM_MIN_BYTES", 1 << 62)
+    whole = nccl_inspector.read(files, jobs=1).inspector.records
+    monkeypatch.setattr(nccl_inspector, "STREAM_MIN_BYTES", 0)
+    monkeypatch.setattr(nccl_inspector, "TIMELINE_MAX_RECORDS", 300)
+    monkeypatch.setattr(inspector_stream, "STREAM_BLOCK_BYTES", 16 << 10)
+    ts = nccl_inspector.read(files, jobs=1)
+    assert ts.inspector.counts["verbose_records"] == truth["records"]
+    # records that start in the same microsecond as the 300th latest are kept with it (here 4 more)
+    assert 0 < ts.collectives.height <= 300 + 8 and any("covers the" in w for w in ts.warnings)
+    per = ts.collectives.group_by("pg", "op", "seq").agg(pl.len().alias("n"), pl.col("group_size").first())
+    assert per.filter((pl.col("n") != pl.col("group_size")) & ~pl.col("op").is_in(["send", "recv"])).height == 0
+    # the latest: the last operation logged is kept, nothing kept starts before the 300 latest starts
+    assert ts.collectives["start_ns"].max() == whole["start_ns"].max()
+    assert ts.collectives["start_ns"].min() >= whole["start_ns"].top_k(300).min()
