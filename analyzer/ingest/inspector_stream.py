@@ -56,7 +56,7 @@ def _fold(source: Local | Workers, readers: list[Reading], timeline_max: int) ->
         # peers logs more bytes per coll_sn); when every file waits (a member's log is missing) all are read
         held = fold.open_by_proc()
         ahead = {fi for fi in active
-                 if sum(held.get(p, 0) for p in set(meta_maps[fi])) > 2 * last_block.get(fi, 1 << 30)}
+                 if sum(held.get(p, 0) for p in set(meta_maps[fi])) > last_block.get(fi, 1 << 30)}
         source.ask(sorted(active - ahead) or sorted(active))
 
     ask()
