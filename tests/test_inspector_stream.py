@@ -155,3 +155,22 @@ def test_streamed_verbose_logs_put_their_latest_part_on_the_timeline(tmp_path: P
     # the latest: the last operation logged is kept, nothing kept starts before the 300 latest starts
     assert ts.collectives["start_ns"].max() == whole["start_ns"].max()
     assert ts.collectives["start_ns"].min() >= whole["start_ns"].top_k(300).min()
+
+
+def test_a_full_window_closes_the_oldest_instances_with_a_warning(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    # rank 2's log is missing: its communicators' instances can never complete and stay open; a window of
+    # 400 records forces the oldest closed (counted as incomplete) instead of growing
+    src = tmp_path / "all"
+    truth = write(Spec(nodes=2, gpus_per_node=4, iterations=60, verbose=False, slow_rank=5, seed=15), src)
+    gone = truth["processes"][2]
+    files = [f for f in sorted(src.glob("*.log")) if f.name != f"{gone['hostname']}-pid{gone['pid']}.log"]
+    monkeypatch.setattr(nccl_inspector, "STREAM_MIN_BYTES", 0)
+    monkeypatch.setattr(inspector_stream, "STREAM_BLOCK_BYTES", 8 << 10)
+    monkeypatch.setattr(inspector_fold, "OPEN_MAX", 400)
+    ts = nccl_inspector.read(files, jobs=1)
+    f = ts.inspector.folded
+    assert f.forced > 0 and f.peak_open < 400 + 8 * 40  # the cap + one round of blocks
+    assert any("closed before every member's record" in w for w in ts.warnings)
+    s = im.analyze(ts.inspector)
+    assert s.verdict is not None and s.verdict["rank"] == truth["slow_rank"]  # the complete instances still tell

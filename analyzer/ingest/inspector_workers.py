@@ -81,13 +81,14 @@ class Workers:
         with no_main_reimport():
             for w in range(jobs):
                 a, b = ctx.Pipe()
-                p = ctx.Process(target=_worker, args=(b, {fi: str(f) for fi, f in enumerate(files) if fi % jobs == w},
-                                                      block_bytes), daemon=True)
+                mine = {fi: str(f) for fi, f in enumerate(files) if fi % jobs == w}
+                p = ctx.Process(target=_worker, args=(b, mine, block_bytes), daemon=True)
                 p.start()
                 b.close()
                 self.conns.append(a)
                 self.procs.append(p)
         self.asked: list[bool] = [False] * jobs
+        self.first = [str(files[w]) for w in range(jobs)]
 
     def ask(self, fis: list[int]) -> None:
         for w, c in enumerate(self.conns):
@@ -101,7 +102,11 @@ class Workers:
         for w, c in enumerate(self.conns):
             if not self.asked[w]:
                 continue
-            got = c.recv()
+            try:
+                got = c.recv()
+            except (EOFError, OSError):  # the worker died (killed, out of memory): one line, not a hang
+                raise TraceError(self.first[w], "and the other files of its worker process could not be read: the "
+                                 "worker stopped", "run again with -j 1 to see why") from None
             if isinstance(got, tuple):
                 _, path, problem, hint = got
                 raise TraceError(path, problem, hint)
