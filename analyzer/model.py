@@ -141,6 +141,7 @@ class InspectorLog:
     comms: pl.DataFrame  # INSPECTOR_COMM_SCHEMA
     verbose: bool  # kernel timestamps were logged: the canonical gpu/collectives tables hold the operations
     counts: dict[str, int] = field(default_factory=dict)  # lines read, skipped by reason
+    folded: object | None = None  # large logs: ``ingest.inspector_fold.Folded`` aggregates instead of ``records``
 
 
 def empty(schema: dict[str, pl.DataType]) -> pl.DataFrame:

@@ -1,7 +1,7 @@
 """Streaming row: NCCL Inspector logs of a 64-rank job through ``commscope analyze``.
 
     python -m benchmarks.inspector_bench [--nodes 8 --gpus 8] [--records-per-rank 20000] [--verbose]
-        [--runs 3] [--jobs 1 2] [--dir DIR]
+        [--runs 3] [--jobs 1 2] [--dir DIR] [--mode stream memory]
 
 The logs are generated once (``sample_traces/inspector_gen.py``, written dump by dump) under a temporary
 folder, or ``--dir`` (kept for reuse), never in the repository. Each run is the real command
@@ -10,6 +10,9 @@ like ``benchmarks/bench.py`` (``measure``): wall time, CPU seconds of the proces
 and peak memory as the largest sum of RSS over the tree. Records/s is records / wall; records per CPU
 second is the steadier number on a shared machine (the load average is printed). Targets: >= 1 M
 records/s, <= 1 GB.
+
+``--mode``: ``stream`` forces the streamed summary (``ingest/inspector_stream.py``, memory flat in the records),
+``memory`` the whole-table one, ``auto`` what the size picks (streamed from 256 MB of logs on).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--verbose", action="store_true", help="with kernel timestamps (NCCL_INSPECTOR_DUMP_VERBOSE=1)")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--jobs", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--mode", nargs="+", default=["stream"], choices=["stream", "memory", "auto"])
     ap.add_argument("--dir", type=Path, help="where the logs go (kept; reused when its ground truth matches)")
     a = ap.parse_args(argv)
     folder = a.dir or Path(tempfile.mkdtemp(prefix="commscope-inspector-bench-"))
@@ -54,20 +58,26 @@ def main(argv: list[str] | None = None) -> None:
         n = truth["records"]
         print(f"input: {truth['world_size']} ranks, {n:,} records ({'verbose' if a.verbose else 'non-verbose'}), "
               f"{size / 2**20:,.0f} MB in {len(list(folder.glob('*.log')))} files; load {os.getloadavg()[0]:.1f}")
-        for jobs in a.jobs:
-            cmd = [sys.executable, "-m", "analyzer.cli", "analyze", str(folder), "--format", "json", "-o", os.devnull,
-                   "--no-cache", "-j", str(jobs)]
-            walls, peaks, cpus = [], [], []
-            for _ in range(a.runs):
-                w, p = measure(cmd, dict(os.environ))
-                walls.append(w)
-                peaks.append(p)
-                cpus.append(CPU_SECONDS[-1])
-            med = statistics.median(walls)
-            print(f"-j {jobs}: {n / med / 1e6:.2f} M records/s (wall median {med:.2f} s, {min(walls):.2f}-"
-                  f"{max(walls):.2f} over {a.runs} runs); {n / statistics.median(cpus) / 1e6:.2f} M records per "
-                  f"CPU-second; peak {max(peaks):,.0f} MB (median {statistics.median(peaks):,.0f}); "
-                  f"load {os.getloadavg()[0]:.1f}")
+        force = {"stream": "0", "memory": str(1 << 62), "auto": None}
+        for mode in a.mode:
+            env = dict(os.environ)
+            if force[mode] is not None:
+                env["COMMSCOPE_INSPECTOR_STREAM_BYTES"] = force[mode]
+            for jobs in a.jobs:
+                cmd = [sys.executable, "-m", "analyzer.cli", "analyze", str(folder), "--format", "json", "-o",
+                       os.devnull, "--no-cache", "-j", str(jobs)]
+                walls, peaks, cpus = [], [], []
+                for _ in range(a.runs):
+                    w, p = measure(cmd, env)
+                    walls.append(w)
+                    peaks.append(p)
+                    cpus.append(CPU_SECONDS[-1])
+                med = statistics.median(walls)
+                cmed = statistics.median(cpus)
+                print(f"{mode} -j {jobs}: {n / med / 1e6:.2f} M records/s (wall median {med:.2f} s, {min(walls):.2f}-"
+                      f"{max(walls):.2f} over {a.runs} runs); {n / cmed / 1e6:.2f} M records per CPU-second (CPU "
+                      f"{cmed:.1f} s, {min(cpus):.1f}-{max(cpus):.1f}); peak {max(peaks):,.0f} MB (median "
+                      f"{statistics.median(peaks):,.0f}); load {os.getloadavg()[0]:.1f}", flush=True)
     finally:
         if a.dir is None:
             shutil.rmtree(folder, ignore_errors=True)

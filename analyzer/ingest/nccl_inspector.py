@@ -52,12 +52,16 @@ from .inspector_ranks import Ranks, map_ranks
 # operations with timestamps put on the timeline at most (the latest ones): the trace analysis took 967 MB at
 # peak for 64 ranks x 5 k operations (benchmarks/inspector_bench.py --verbose)
 TIMELINE_MAX_RECORDS = 200_000
+# logs larger than this (bytes on disk) are streamed (``inspector_stream``): memory flat in the record count
+STREAM_MIN_BYTES = int(os.environ.get("COMMSCOPE_INSPECTOR_STREAM_BYTES", 256 << 20))
 
 
 def read(files: list[Path], jobs: int | None = None) -> TraceSet:
     """All logs of one job -> a TraceSet (verbose logs fill ``gpu`` and ``collectives``) with ``inspector`` set.
     Files are decoded in ``jobs`` worker processes (default: the cores), each file's columns sent back."""
     jobs = min(jobs or os.cpu_count() or 1, len(files))
+    if sum(_size(p) for p in files) >= STREAM_MIN_BYTES:
+        return _streamed(files, jobs)
     if jobs <= 1:
         return assemble([read_file(p) for p in files])
     from concurrent.futures import ProcessPoolExecutor
@@ -140,6 +144,44 @@ def assemble(parsed: list[LogFile]) -> TraceSet:
                     warnings=tuple(warnings),
                     inspector=InspectorLog(table, conform(ranks.comms, INSPECTOR_COMM_SCHEMA), verbose.height > 0,
                                            counts))
+
+
+def _size(p: Path) -> int:
+    try:
+        return p.stat().st_size
+    except OSError:
+        return 0
+
+
+def _streamed(files: list[Path], jobs: int) -> TraceSet:
+    from .inspector_stream import read_streaming
+
+    log, warnings, verbose, ranks = read_streaming(files, TIMELINE_MAX_RECORDS, jobs)
+    n = log.counts["verbose_records"]
+    if verbose.height:
+        verbose, since = _latest(verbose, TIMELINE_MAX_RECORDS)
+        if n > verbose.height:
+            warnings.append(f"{n:,} records have kernel timestamps: the timeline (the trace analysis) covers the "
+                            f"{verbose.height:,} operations from {since} on, the Inspector tables all of them")
+    gpu, coll, dropped = _timeline(verbose, ranks.comms)
+    if dropped:
+        warnings.append(f"{dropped} logged operations are absent from some members' logs (or fall at the edge of "
+                        "the timeline's window): left out of the timeline, kept in the Inspector tables")
+    if n:
+        warnings.append("NCCL Inspector logs hold communication kernels only: the time between them counts as idle, "
+                        "so a straggler called host-bound was late outside NCCL (its compute or its host; a "
+                        "profiler trace tells which)")
+    else:
+        warnings.append("no kernel timestamps (NCCL_INSPECTOR_DUMP_VERBOSE=0): per-communicator bandwidth and "
+                        "rank outliers come from kernel times only; set NCCL_INSPECTOR_DUMP_VERBOSE=1 for the "
+                        "timeline, arrival skew and the full straggler analysis")
+    log.counts["timeline_records"] = coll.height
+    metas_out = tuple(
+        RankMeta(rank=r, source=src, format=FORMAT, world_size=ranks.world_size, rank_source=ranks.rank_source,
+                 host=host, process_groups=ranks.groups_of(r))
+        for r, src, host in ranks.processes)
+    return TraceSet(ranks=metas_out, gpu=gpu, cpu=empty(CPU_SCHEMA), collectives=coll, steps=empty(STEP_SCHEMA),
+                    warnings=tuple(warnings), inspector=log)
 
 
 def _mapped(raw: pl.DataFrame, ranks: Ranks, op_names: dict[str, str]) -> pl.DataFrame:

@@ -90,6 +90,10 @@ def _size_bucket() -> pl.Expr:
 
 
 def analyze(log: InspectorLog) -> InspectorSummary:
+    if log.folded is not None:  # large logs were streamed into aggregates (``ingest.inspector_stream``)
+        from .inspector_folded import analyze as analyze_folded
+
+        return analyze_folded(log)
     comms = log.comms.with_columns((pl.col("nnodes") <= 1).alias("intra_node"))
     inst = instances(log.records, comms).with_columns(_size_bucket())
     complete = inst.filter(pl.col("complete"))

@@ -1,0 +1,85 @@
+"""The Inspector summary from streamed aggregates (``ingest.inspector_fold.Folded``), shaped exactly as
+``metrics.inspector.analyze`` shapes it from the whole record table. Pure: frames in, frames out."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from ..ingest.inspector_fold import BUSBW, BYTES, LOGGED, TRANSFER, Folded, median_of
+from ..model import InspectorLog
+from . import inspector as im
+
+
+def analyze(log: InspectorLog) -> im.InspectorSummary:
+    f: Folded = log.folded  # type: ignore[assignment]
+    comms = log.comms.with_columns((pl.col("nnodes") <= 1).alias("intra_node"))
+    busbw = _table(f, comms, ["comm", "op", "size_bucket", "algo", "proto"]).join(
+        comms.select("comm", "id", "name", "n_ranks", "nnodes", "intra_node", "ranks"), on="comm").select(
+        "id", "name", "op", "size_bucket", "algo", "proto", "n_ranks", "nnodes", "intra_node", "ranks", *_COLS,
+        "comm").sort("op", "size_bucket", "intra_node", "busbw_gbps_p50", "id", nulls_last=True)
+    by = ["op", "size_bucket", "intra_node"]
+    bandwidth = _table(f, comms, by).select(*by, *_COLS).sort(by, nulls_last=True)
+    pp = f.per_proc
+    ranks = _ranks(pp)
+    per_comm = f.per_comm.group_by("comm").agg(pl.all().sum())
+    communicators = (comms.join(pp.group_by("comm").agg(pl.col("records").sum().cast(pl.UInt32),
+                                                        pl.col("rank").n_unique().cast(pl.UInt32).alias("ranks_logged")),
+                                on="comm", how="left")
+                     .join(per_comm, on="comm", how="left")
+                     .with_columns(pl.col("instances", "complete_instances").fill_null(0)).sort("comm"))
+    dims = pp.filter(pl.col("rank").is_not_null()).join(comms.select("comm", "name", "intra_node"), on="comm").with_columns(
+        im.family(pl.col("name")).alias("dimension")).group_by("rank", "dimension").agg(
+        pl.col("comm").n_unique().alias("groups"), pl.col("intra_node").all(),
+        (pl.col("exec_ns").sum() / im.NS_PER_MS).alias("comm_ms"),
+        (pl.col("wait_ns").sum() / im.NS_PER_MS).alias("wait_ms")).sort("rank", "dimension")
+    outliers = (f.outliers.join(comms.select("comm", "id", "name"), on="comm")
+                .sort("max_wait_ns", "comm", "seq", descending=[True, False, False]).head(im.TOP_OUTLIERS)
+                .select("id", "name", "seq", "op", "bytes", "n_ranks", "last_rank",
+                        (pl.col("transfer_ns") / im.NS_PER_MS).alias("transfer_ms"),
+                        (pl.col("max_wait_ns") / im.NS_PER_MS).alias("max_wait_ms"),
+                        (pl.col("caused_wait_ns") / im.NS_PER_MS).alias("total_wait_ms"), "busbw_gbps"))
+    n_inst = int(per_comm["instances"].sum()) if per_comm.height else 0
+    n_complete = int(per_comm["complete_instances"].sum()) if per_comm.height else 0
+    return im.InspectorSummary(
+        verbose=log.verbose, counts={**log.counts, "instances": n_inst, "complete_instances": n_complete},
+        communicators=communicators, busbw=busbw, bandwidth=bandwidth, slow_links=im.slow_links(busbw),
+        ranks=ranks, dimensions=dims, outliers=outliers, verdict=im.verdict(ranks))
+
+
+_COLS = ["count", "bytes_p50", "transfer_ms_p50", "busbw_gbps_p50", "busbw_gbps_min", "busbw_gbps_max",
+         "logged_busbw_gbps_p50"]
+
+
+def _table(f: Folded, comms: pl.DataFrame, by: list[str]) -> pl.DataFrame:
+    """Count, min, max and the sketched medians per ``by`` (``intra_node`` comes from the communicator)."""
+    side = comms.select("comm", "intra_node")
+    stats = f.bw_stats.join(side, on="comm", how="left").group_by(by).agg(
+        pl.col("count").sum().cast(pl.UInt32), pl.col("busbw_min").min().alias("busbw_gbps_min"),
+        pl.col("busbw_max").max().alias("busbw_gbps_max"))
+    med = median_of(f.sketch.join(side, on="comm", how="left"), by)
+
+    def m(i: int, name: str, scale: float = 1.0) -> pl.DataFrame:
+        return med.filter(pl.col("m") == i).select(*by, (pl.col("median") / scale).alias(name))
+
+    out = stats
+    for i, name, scale in ((BYTES, "bytes_p50", 1.0), (TRANSFER, "transfer_ms_p50", im.NS_PER_MS),
+                           (BUSBW, "busbw_gbps_p50", 1.0), (LOGGED, "logged_busbw_gbps_p50", 1.0)):
+        out = out.join(m(i, name, scale), on=by, how="left", nulls_equal=True)
+    return out
+
+
+def _ranks(pp: pl.DataFrame) -> pl.DataFrame:
+    """As ``metrics.inspector._ranks``, from the per communicator x rank sums."""
+    df = pp.filter(pl.col("rank").is_not_null()).group_by("rank").agg(
+        pl.col("records").sum().cast(pl.UInt32), (pl.col("exec_ns").sum() / im.NS_PER_MS).alias("comm_ms"),
+        (pl.col("wait_ns").sum() / im.NS_PER_MS).alias("wait_ms"),
+        (pl.col("caused_ns").sum() / im.NS_PER_MS).alias("caused_wait_ms"),
+        pl.col("instances").sum().cast(pl.UInt32), pl.col("share").sum().alias("instances_last"),
+        pl.col("expected_ms").sum().alias("_expected"), pl.col("var").sum().alias("_var"))
+    return df.select(
+        "rank", "records", "comm_ms", "wait_ms", "caused_wait_ms", "instances", "instances_last",
+        pl.when(pl.col("instances") > 0).then(100.0 * pl.col("instances_last") / pl.col("instances"))
+        .alias("last_arrival_pct"),
+        pl.when(pl.col("_var") > 0).then((pl.col("caused_wait_ms") - pl.col("_expected")) / pl.col("_var").sqrt())
+        .alias("caused_wait_z"),
+    ).sort("rank")
