@@ -10,7 +10,7 @@ import polars as pl
 
 from . import align, counterfactual, graph, match, step_sync, whatif
 from .collectives import bus_factor_expr
-from .metrics import blame, critical_path, dimensions, experts, overlap, pipeline, stragglers, waits
+from .metrics import blame, critical_path, dimensions, experts, inspector_folded, overlap, pipeline, stragglers, waits
 from .metrics import inspector as inspector_metrics
 from .model import TraceSet
 from .rules import NS_PER_MS, NS_PER_US
@@ -178,7 +178,7 @@ def analyze(ts: TraceSet, dims: dimensions.Options | None = None, busbw: dict[st
         verdict=found[0] if found else None, roots=tuple(found), blame=roots_of, clock=fit, matching=matching,
         warnings=tuple(warnings), traces=ts, graph=dep, critical_path=cpath, whatif=replayed, kernels=rows,
         process_groups=groups, dimensions=dim_df, pipeline=pipe, experts=experts.analyze(drows), counterfactual=cfx,
-        inspector=inspector_metrics.analyze(ts.inspector) if ts.inspector is not None else None,
+        inspector=inspector_folded.summarize(ts.inspector) if ts.inspector is not None else None,
     )
 
 

@@ -18,6 +18,7 @@ from polars.testing import assert_frame_equal
 
 from analyzer.ingest import inspector_fold, inspector_stream, nccl_inspector
 from analyzer.metrics import inspector as im
+from analyzer.metrics import inspector_folded
 from sample_traces.inspector_gen import Spec, write
 
 TABLES = ["communicators", "busbw", "bandwidth", "slow_links", "ranks", "dimensions"]
@@ -31,7 +32,7 @@ def _both(files: list[Path], monkeypatch: pytest.MonkeyPatch) -> tuple[im.Inspec
     monkeypatch.setattr(inspector_stream, "STREAM_BLOCK_BYTES", 16 << 10)  # many rounds, instances across blocks
     streamed = nccl_inspector.read(files, jobs=1)
     assert streamed.inspector.folded is not None and streamed.inspector.records.height == 0
-    return im.analyze(whole.inspector), im.analyze(streamed.inspector)
+    return inspector_folded.summarize(whole.inspector), inspector_folded.summarize(streamed.inspector)
 
 
 def _same(a: im.InspectorSummary, b: im.InspectorSummary) -> None:
@@ -132,7 +133,8 @@ def test_streamed_with_worker_processes_gives_the_same_summary(tmp_path: Path,
     write(Spec(nodes=2, gpus_per_node=4, iterations=40, verbose=False, slow_rank=3, slow_link=2, seed=14), tmp_path)
     files = sorted(tmp_path.glob("*.log"))
     a, one = _both(files, monkeypatch)
-    two = im.analyze(nccl_inspector.read(files, jobs=2).inspector)  # still streaming, small blocks (monkeypatched)
+    # still streaming, small blocks (monkeypatched)
+    two = inspector_folded.summarize(nccl_inspector.read(files, jobs=2).inspector)
     _same(a, two)
     _same(one, two)
 
@@ -172,5 +174,5 @@ def test_a_full_window_closes_the_oldest_instances_with_a_warning(tmp_path: Path
     f = ts.inspector.folded
     assert f.forced > 0 and f.peak_open < 400 + 8 * 40  # the cap + one round of blocks
     assert any("closed before every member's record" in w for w in ts.warnings)
-    s = im.analyze(ts.inspector)
+    s = inspector_folded.summarize(ts.inspector)
     assert s.verdict is not None and s.verdict["rank"] == truth["slow_rank"]  # the complete instances still tell

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from ..collectives import bus_factor_expr
+from ..rules import NS_PER_MS
 
 SKETCH_CAP = 512  # distinct values a key keeps exactly
 SKETCH_EPS = 0.01  # log-bin ratio - 1 beyond that: median error <= sqrt(1.01) - 1 = 0.499 %
@@ -196,7 +197,8 @@ class Fold:
         self._keep("per_proc", mem.group_by("cid", "proc").agg(
             (pl.col("exec_ns") - pl.col("transfer_ns")).sum().alias("wait_ns"), pl.len().alias("instances"),
             share.sum().alias("share"), (share * caused).sum().alias("caused_ns"),
-            ((caused * p).sum() / 1e6).alias("expected_ms"), ((caused / 1e6) ** 2 * p * (1 - p)).sum().alias("var")))
+            ((caused * p).sum() / NS_PER_MS).alias("expected_ms"),
+            ((caused / NS_PER_MS) ** 2 * p * (1 - p)).sum().alias("var")))
 
     def _bandwidth(self, rows: pl.DataFrame) -> None:
         rows = rows.with_columns(size_bucket(), busbw(pl.col("transfer_ns")).alias("busbw_gbps"))

@@ -11,6 +11,7 @@ verdict, outliers, the op x size x intra/inter table) comes out the same as from
 from __future__ import annotations
 
 import gc
+from collections.abc import Callable
 from pathlib import Path
 
 import polars as pl
@@ -115,11 +116,12 @@ def _fold(source: Local | Workers, readers: list[Reading], timeline_max: int) ->
                            "n_verbose": n_verbose, "n_records": n_records}
 
 
-def read_streaming(files: list[Path], timeline_max: int,
-                   jobs: int = 1) -> tuple[InspectorLog, list[str], pl.DataFrame, object]:
+def read_streaming(files: list[Path], timeline_max: int, jobs: int, mapped: Callable, file_warnings: Callable
+                   ) -> tuple[InspectorLog, list[str], pl.DataFrame, object]:
     """The job's logs -> an ``InspectorLog`` carrying ``folded`` aggregates (no per-record table), the readers'
-    warnings, the latest verbose records (raw, with ``file``: the caller maps them) and the rank mapping."""
-    from .nccl_inspector import _file_warnings, _mapped
+    warnings, the latest verbose records (raw, with ``file``: the caller maps them) and the rank mapping.
+    ``mapped`` and ``file_warnings`` are the whole-table reader's (``nccl_inspector``), handed in so that the two
+    readers say and map the same things without importing each other."""
 
     was = gc.isenabled()
     gc.disable()  # as ``read_file``: many short-lived objects a block, no cycles
@@ -131,7 +133,7 @@ def read_streaming(files: list[Path], timeline_max: int,
     readers = st["readers"]
     warnings: list[str] = []
     for r in readers:
-        warnings.extend(_file_warnings(r.log_file(pl.DataFrame())))
+        warnings.extend(file_warnings(r.log_file(pl.DataFrame())))
     usable = sorted({fi for fi, _, _ in st["used"]})
     if not usable:
         raise TraceError(files[0], "has no NCCL Inspector record that could be read",
@@ -176,7 +178,7 @@ def read_streaming(files: list[Path], timeline_max: int,
         raw_verbose = raw_verbose.filter(pl.col("file").is_in(usable)).with_columns(
             pl.col("file").replace_strict(new, return_dtype=pl.Int32))
         op_names = {o: OPS.get(o, o.lower()) for o in raw_verbose["op"].unique().drop_nulls().to_list()}
-        verbose = conform(_mapped(raw_verbose, ranks, op_names), INSPECTOR_SCHEMA)
+        verbose = conform(mapped(raw_verbose, ranks, op_names), INSPECTOR_SCHEMA)
     else:
         verbose = empty(INSPECTOR_SCHEMA)
     counts = {"files": len(files), "lines": sum(r.lines for r in readers), "records": st["n_records"],

@@ -156,7 +156,7 @@ def _size(p: Path) -> int:
 def _streamed(files: list[Path], jobs: int) -> TraceSet:
     from .inspector_stream import read_streaming
 
-    log, warnings, verbose, ranks = read_streaming(files, TIMELINE_MAX_RECORDS, jobs)
+    log, warnings, verbose, ranks = read_streaming(files, TIMELINE_MAX_RECORDS, jobs, _mapped, _file_warnings)
     n = log.counts["verbose_records"]
     if verbose.height:
         verbose, since = _latest(verbose, TIMELINE_MAX_RECORDS)

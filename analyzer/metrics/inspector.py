@@ -90,10 +90,7 @@ def _size_bucket() -> pl.Expr:
 
 
 def analyze(log: InspectorLog) -> InspectorSummary:
-    if log.folded is not None:  # large logs were streamed into aggregates (``ingest.inspector_stream``)
-        from .inspector_folded import analyze as analyze_folded
-
-        return analyze_folded(log)
+    """The summary of logs read whole; streamed logs (``log.folded``) are ``inspector_folded.analyze``'s."""
     comms = log.comms.with_columns((pl.col("nnodes") <= 1).alias("intra_node"))
     inst = instances(log.records, comms).with_columns(_size_bucket())
     complete = inst.filter(pl.col("complete"))

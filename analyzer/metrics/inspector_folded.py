@@ -10,6 +10,11 @@ from ..model import InspectorLog
 from . import inspector as im
 
 
+def summarize(log: InspectorLog) -> im.InspectorSummary:
+    """The summary of any Inspector input: streamed aggregates here, a whole record table ``metrics.inspector``'s."""
+    return analyze(log) if log.folded is not None else im.analyze(log)
+
+
 def analyze(log: InspectorLog) -> im.InspectorSummary:
     f: Folded = log.folded  # type: ignore[assignment]
     comms = log.comms.with_columns((pl.col("nnodes") <= 1).alias("intra_node"))
