@@ -49,6 +49,9 @@ class Graph:
     nodes: pl.DataFrame
     instances: pl.DataFrame
     edges: pl.DataFrame
+    # what else an op waits for on its rank beyond its stream and binding predecessors, where the trace says
+    # (op tables' program order: src, dst, slack_ns = dst start − src end, >= 0); None: nothing more
+    deps: pl.DataFrame | None = None
 
     @property
     def n_nodes(self) -> int:
@@ -61,9 +64,10 @@ def build(gpu: pl.DataFrame, rows: pl.DataFrame, steps: pl.DataFrame,
     wait_ns, transfer_ns); ``steps``: step windows; ``offsets_ns``: align.ClockFit.offsets_ns."""
     # an operation is (rank, stream, start, end, name); the name is keyed by its 64-bit hash, which
     # hashes a million kernel names' text once instead of in every unique and join (0.2 s each)
+    declared = "after" in gpu.columns and "op_key" in gpu.columns
     ops = (
         gpu.filter(pl.col("kind").is_in(NODE_KINDS))
-        .select("rank", "stream", "kind", "name", "start_ns",
+        .select("rank", "stream", "kind", "name", "start_ns", *(["op_key", "after"] if declared else []),
                 pl.max_horizontal("end_ns", pl.col("start_ns") + 1).alias("end_ns"), pl.col("end_ns").alias("_raw_end"),
                 _name_key())
         .unique(["rank", "stream", "start_ns", "_raw_end", "_nh"], keep="first", maintain_order=True)
@@ -100,6 +104,9 @@ def build(gpu: pl.DataFrame, rows: pl.DataFrame, steps: pl.DataFrame,
         ends, left_on="start_ns", right_on="_bp_end", by="rank", strategy="backward", check_sortedness=False
     ).sort("node")
     nodes = nodes.with_columns(bound["_bp_end"], bound["bind_pred"])
+    deps = None
+    if declared:
+        nodes, deps = _declared(nodes)
     origin = nodes["a_start_ns"].min() if nodes.height else 0
     nodes = nodes.with_columns(
         pl.max_horizontal(pl.col("start_ns") - pl.col("_sp_end"), pl.lit(0)).alias("slack_ns"),
@@ -114,7 +121,28 @@ def build(gpu: pl.DataFrame, rows: pl.DataFrame, steps: pl.DataFrame,
             "ordinal", "occurrence", "stream_pred", "slack_ns", "bind_pred", "gap_ns", "inst", "gate_node", "wait_ns",
             "transfer_ns", "op", "pg", "bytes", "group_n"]
     nodes = nodes.select(cols)
-    return Graph(nodes=nodes, instances=instances, edges=_edges(nodes))
+    return Graph(nodes=nodes, instances=instances, edges=_edges(nodes), deps=deps)
+
+
+def _declared(nodes: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Where the trace says what an op waits for (``after``: op keys on its rank), its binding predecessor is
+    the one of those that ended last (the gap after it is launch time, as the What-if study defines it), and
+    the others are dependencies (returned: src, dst, slack_ns). Only ops that started before it count (so the
+    graph stays acyclic whatever the table says); an op left with none keeps the latest end before it."""
+    key = nodes.select("rank", pl.col("op_key").alias("after"), pl.col("node").alias("src"),
+                       pl.col("end_ns").alias("_src_end"))
+    dep = (nodes.select("node", "rank", "start_ns", "stream_pred", "after").explode("after").drop_nulls("after")
+           .join(key, on=["rank", "after"]).filter(pl.col("src") < pl.col("node")))
+    bind = dep.sort("_src_end", "src").group_by("node").agg(pl.col("src").last().alias("_b"),
+                                                             pl.col("_src_end").last().alias("_be"))
+    nodes = nodes.join(bind, on="node", how="left", maintain_order="left").with_columns(
+        pl.coalesce("_b", "bind_pred").alias("bind_pred"), pl.coalesce("_be", "_bp_end").alias("_bp_end"),
+    ).drop("_b", "_be", "op_key", "after")
+    extra = dep.join(bind, on="node").filter((pl.col("src") != pl.col("_b"))
+                                             & (pl.col("src") != pl.col("stream_pred")).fill_null(True))
+    extra = extra.select("src", pl.col("node").alias("dst"),
+                         pl.max_horizontal(pl.col("start_ns") - pl.col("_src_end"), pl.lit(0)).alias("slack_ns"))
+    return nodes, extra.unique().sort("dst", "src")
 
 
 def _name_key() -> pl.Expr:

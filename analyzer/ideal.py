@@ -163,7 +163,10 @@ def steps_apart(g: Graph) -> Graph:
         pl.when(inside & pl.col("_x_stream_pred")).then(None).otherwise(pl.col("stream_pred")).alias("stream_pred"),
         pl.when(cut_b).then(pl.col("a_start_ns") - pl.col("_s0")).otherwise(pl.col("gap_ns")).alias("gap_ns"),
     ).drop("_s0", "_x_bind_pred", "_x_stream_pred")
-    return Graph(nodes=n, instances=g.instances, edges=g.edges)
+    deps = g.deps
+    if deps is not None:  # a dependency on an op of an earlier step is cut like the predecessors
+        deps = deps.filter(pl.Series(step.gather(deps["src"]) == step.gather(deps["dst"])).fill_null(False))
+    return Graph(nodes=n, instances=g.instances, edges=g.edges, deps=deps)
 
 
 def study_steps(g: Graph) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
