@@ -45,7 +45,7 @@ import polars as pl
 
 from . import replay
 from .graph import Graph
-from .ideal import Ideal, Roles, ideal, ideal_study, roles, steps_apart, study_steps
+from .ideal import Ideal, Roles, declared, ideal, ideal_study, roles, steps_apart, study_steps
 
 __all__ = ["AXES", "Counterfactual", "Ideal", "Roles", "Root", "analyze", "deciding", "ideal", "ideal_study",
            "roles", "steps_apart", "warnings"]
@@ -145,7 +145,7 @@ def analyze(g: Graph, steps: pl.DataFrame, rl: Roles, dims: dict[str, str] | Non
     if g.n_nodes == 0:
         return None
     if study:
-        g, prepared = steps_apart(g), None
+        g, prepared = steps_apart(declared(g)), None
     arr, sch, seg = prepared or (replay.Arrays.of(g, eager=not study), None, replay.segments(g, steps))
     if seg.order.size == 0:
         return None

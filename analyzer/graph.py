@@ -49,8 +49,12 @@ class Graph:
     nodes: pl.DataFrame
     instances: pl.DataFrame
     edges: pl.DataFrame
-    # what else an op waits for on its rank beyond its stream and binding predecessors, where the trace says
-    # (op tables' program order: src, dst, slack_ns = dst start − src end, >= 0); None: nothing more
+    # what each op waits for on its rank where the trace says (op tables' program order, ingest/optable_deps.py):
+    # src, dst, src_end_ns; only the What-if study's model replays them (ideal.declared): commscope's binds an
+    # op to what ended last before it on its rank, whatever the program says
+    declared: pl.DataFrame | None = None
+    # further dependencies a replay waits for beyond the stream and binding predecessors (src, dst, slack_ns =
+    # dst start − src end, >= 0); None: nothing more
     deps: pl.DataFrame | None = None
 
     @property
@@ -104,9 +108,9 @@ def build(gpu: pl.DataFrame, rows: pl.DataFrame, steps: pl.DataFrame,
         ends, left_on="start_ns", right_on="_bp_end", by="rank", strategy="backward", check_sortedness=False
     ).sort("node")
     nodes = nodes.with_columns(bound["_bp_end"], bound["bind_pred"])
-    deps = None
+    said = _declared(nodes) if declared else None
     if declared:
-        nodes, deps = _declared(nodes)
+        nodes = nodes.drop("op_key", "after")
     origin = nodes["a_start_ns"].min() if nodes.height else 0
     nodes = nodes.with_columns(
         pl.max_horizontal(pl.col("start_ns") - pl.col("_sp_end"), pl.lit(0)).alias("slack_ns"),
@@ -121,28 +125,17 @@ def build(gpu: pl.DataFrame, rows: pl.DataFrame, steps: pl.DataFrame,
             "ordinal", "occurrence", "stream_pred", "slack_ns", "bind_pred", "gap_ns", "inst", "gate_node", "wait_ns",
             "transfer_ns", "op", "pg", "bytes", "group_n"]
     nodes = nodes.select(cols)
-    return Graph(nodes=nodes, instances=instances, edges=_edges(nodes), deps=deps)
+    return Graph(nodes=nodes, instances=instances, edges=_edges(nodes), declared=said)
 
 
-def _declared(nodes: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Where the trace says what an op waits for (``after``: op keys on its rank), its binding predecessor is
-    the one of those that ended last (the gap after it is launch time, as the What-if study defines it), and
-    the others are dependencies (returned: src, dst, slack_ns). Only ops that started before it count (so the
-    graph stays acyclic whatever the table says); an op left with none keeps the latest end before it."""
+def _declared(nodes: pl.DataFrame) -> pl.DataFrame:
+    """The trace's ``after`` (op keys on the rank) as node pairs: src, dst, src_end_ns. Only ops that started
+    before it count (so a replay on them stays acyclic whatever the table says)."""
     key = nodes.select("rank", pl.col("op_key").alias("after"), pl.col("node").alias("src"),
-                       pl.col("end_ns").alias("_src_end"))
-    dep = (nodes.select("node", "rank", "start_ns", "stream_pred", "after").explode("after").drop_nulls("after")
-           .join(key, on=["rank", "after"]).filter(pl.col("src") < pl.col("node")))
-    bind = dep.sort("_src_end", "src").group_by("node").agg(pl.col("src").last().alias("_b"),
-                                                             pl.col("_src_end").last().alias("_be"))
-    nodes = nodes.join(bind, on="node", how="left", maintain_order="left").with_columns(
-        pl.coalesce("_b", "bind_pred").alias("bind_pred"), pl.coalesce("_be", "_bp_end").alias("_bp_end"),
-    ).drop("_b", "_be", "op_key", "after")
-    extra = dep.join(bind, on="node").filter((pl.col("src") != pl.col("_b"))
-                                             & (pl.col("src") != pl.col("stream_pred")).fill_null(True))
-    extra = extra.select("src", pl.col("node").alias("dst"),
-                         pl.max_horizontal(pl.col("start_ns") - pl.col("_src_end"), pl.lit(0)).alias("slack_ns"))
-    return nodes, extra.unique().sort("dst", "src")
+                       pl.col("end_ns").alias("src_end_ns"))
+    return (nodes.select(pl.col("node").alias("dst"), "rank", "after").explode("after").drop_nulls("after")
+            .join(key, on=["rank", "after"]).filter(pl.col("src") < pl.col("dst"))
+            .select("src", "dst", "src_end_ns").unique().sort("dst", "src"))
 
 
 def _name_key() -> pl.Expr:

@@ -145,6 +145,27 @@ def ideal_study(g: Graph) -> Ideal:
     return Ideal(dd.fill_null(0.0).to_numpy(), -gap, dt.to_numpy().astype(np.float64), gap)
 
 
+def declared(g: Graph) -> Graph:
+    """The graph as the What-if study models it, where the trace says what each op waits for (op tables): an
+    op's binding predecessor is the one of its declared dependencies that ended last (the gap after it is the
+    study's launch delay), and the others are dependencies the replay waits for (``Graph.deps``). Ops with
+    none declared keep theirs."""
+    if g.declared is None or g.declared.height == 0:
+        return g
+    d = g.declared.join(g.nodes.select(pl.col("node").alias("dst"), "start_ns", "stream_pred"), on="dst")
+    bind = d.sort("src_end_ns", "src").group_by("dst").agg(pl.col("src").last().alias("_b"),
+                                                           pl.col("src_end_ns").last().alias("_be"))
+    n = g.nodes.join(bind, left_on="node", right_on="dst", how="left", maintain_order="left").with_columns(
+        pl.coalesce("_b", "bind_pred").alias("bind_pred"),
+        pl.when(pl.col("_b").is_not_null()).then(pl.col("start_ns") - pl.col("_be")).otherwise(pl.col("gap_ns"))
+        .alias("gap_ns")).drop("_b", "_be")
+    extra = d.join(bind, on="dst").filter((pl.col("src") != pl.col("_b"))
+                                          & (pl.col("src") != pl.col("stream_pred")).fill_null(True))
+    deps = extra.select("src", "dst", pl.max_horizontal(pl.col("start_ns") - pl.col("src_end_ns"), pl.lit(0))
+                        .alias("slack_ns")).sort("dst", "src")
+    return Graph(nodes=n, instances=g.instances, edges=g.edges, declared=g.declared, deps=deps)
+
+
 def steps_apart(g: Graph) -> Graph:
     """The graph with every step on its own, as the study simulates them: no operation depends on one of an
     earlier step (binding or stream predecessor), and an operation whose binding predecessor was in an earlier
@@ -166,7 +187,7 @@ def steps_apart(g: Graph) -> Graph:
     deps = g.deps
     if deps is not None:  # a dependency on an op of an earlier step is cut like the predecessors
         deps = deps.filter(pl.Series(step.gather(deps["src"]) == step.gather(deps["dst"])).fill_null(False))
-    return Graph(nodes=n, instances=g.instances, edges=g.edges, deps=deps)
+    return Graph(nodes=n, instances=g.instances, edges=g.edges, declared=g.declared, deps=deps)
 
 
 def study_steps(g: Graph) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:

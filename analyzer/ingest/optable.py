@@ -30,8 +30,8 @@ from ..model import (
     conform,
     empty,
 )
-from . import optable_layout as lay_mod
 from . import optable_deps, optable_p2p
+from . import optable_layout as lay_mod
 from .optable_frame import Table, read_table
 from .optable_ops import STREAM_COMPUTE, UNKNOWN_KIND, op_rules
 from .options import ReadOptions
