@@ -3,8 +3,6 @@ waits for what the What-if artifact's dependency model says, checked op by op ag
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import polars as pl
 import pytest
 
