@@ -124,7 +124,8 @@ def dependencies(df: pl.DataFrame, dp_sync: bool) -> pl.DataFrame:
 
     e = pl.concat([x.cast({"rank": pl.Int32, "op_key": pl.Int64, "dep_key": pl.Int64}) for x in edges]
                   ).drop_nulls().unique()
-    after = e.group_by("rank", "op_key").agg(pl.col("dep_key").alias("after"))  # (in no set order)
+    # each list ascending (rows keep their order within a group; a sort per group cost 0.24 s on AR)
+    after = e.sort("rank", "op_key", "dep_key").group_by("rank", "op_key").agg(pl.col("dep_key").alias("after"))
     # ops nothing orders start with their step: after the rank's previous step's last op
     prev_last = o.sort("end_ns").group_by("rank", "step").agg(pl.col("op_key").last().alias("_pl")).sort(
         "rank", "step").with_columns(pl.col("_pl").shift(1).over("rank"))
