@@ -49,6 +49,13 @@ class Graph:
     nodes: pl.DataFrame
     instances: pl.DataFrame
     edges: pl.DataFrame
+    # what each op waits for on its rank where the trace says (op tables' program order, ingest/optable_deps.py):
+    # src, dst, src_end_ns; only the What-if study's model replays them (ideal.declared): commscope's binds an
+    # op to what ended last before it on its rank, whatever the program says
+    declared: pl.DataFrame | None = None
+    # further dependencies a replay waits for beyond the stream and binding predecessors (src, dst, slack_ns =
+    # dst start − src end, >= 0); None: nothing more
+    deps: pl.DataFrame | None = None
 
     @property
     def n_nodes(self) -> int:
@@ -61,9 +68,10 @@ def build(gpu: pl.DataFrame, rows: pl.DataFrame, steps: pl.DataFrame,
     wait_ns, transfer_ns); ``steps``: step windows; ``offsets_ns``: align.ClockFit.offsets_ns."""
     # an operation is (rank, stream, start, end, name); the name is keyed by its 64-bit hash, which
     # hashes a million kernel names' text once instead of in every unique and join (0.2 s each)
+    declared = "after" in gpu.columns and "op_key" in gpu.columns
     ops = (
         gpu.filter(pl.col("kind").is_in(NODE_KINDS))
-        .select("rank", "stream", "kind", "name", "start_ns",
+        .select("rank", "stream", "kind", "name", "start_ns", *(["op_key", "after"] if declared else []),
                 pl.max_horizontal("end_ns", pl.col("start_ns") + 1).alias("end_ns"), pl.col("end_ns").alias("_raw_end"),
                 _name_key())
         .unique(["rank", "stream", "start_ns", "_raw_end", "_nh"], keep="first", maintain_order=True)
@@ -100,6 +108,9 @@ def build(gpu: pl.DataFrame, rows: pl.DataFrame, steps: pl.DataFrame,
         ends, left_on="start_ns", right_on="_bp_end", by="rank", strategy="backward", check_sortedness=False
     ).sort("node")
     nodes = nodes.with_columns(bound["_bp_end"], bound["bind_pred"])
+    said = _declared(nodes) if declared else None
+    if declared:
+        nodes = nodes.drop("op_key", "after")
     origin = nodes["a_start_ns"].min() if nodes.height else 0
     nodes = nodes.with_columns(
         pl.max_horizontal(pl.col("start_ns") - pl.col("_sp_end"), pl.lit(0)).alias("slack_ns"),
@@ -114,7 +125,17 @@ def build(gpu: pl.DataFrame, rows: pl.DataFrame, steps: pl.DataFrame,
             "ordinal", "occurrence", "stream_pred", "slack_ns", "bind_pred", "gap_ns", "inst", "gate_node", "wait_ns",
             "transfer_ns", "op", "pg", "bytes", "group_n"]
     nodes = nodes.select(cols)
-    return Graph(nodes=nodes, instances=instances, edges=_edges(nodes))
+    return Graph(nodes=nodes, instances=instances, edges=_edges(nodes), declared=said)
+
+
+def _declared(nodes: pl.DataFrame) -> pl.DataFrame:
+    """The trace's ``after`` (op keys on the rank) as node pairs: src, dst, src_end_ns. Only ops that started
+    before it count (so a replay on them stays acyclic whatever the table says)."""
+    key = nodes.select("rank", pl.col("op_key").alias("after"), pl.col("node").alias("src"),
+                       pl.col("end_ns").alias("src_end_ns"))
+    return (nodes.select(pl.col("node").alias("dst"), "rank", "after").explode("after").drop_nulls("after")
+            .join(key, on=["rank", "after"]).filter(pl.col("src") < pl.col("dst"))
+            .select("src", "dst", "src_end_ns").unique().sort("dst", "src"))
 
 
 def _name_key() -> pl.Expr:

@@ -67,26 +67,30 @@ class Ideal:
         """Row i of ``m``: the ideal everywhere (``keep``: everywhere but ``nodes``/``insts``, put back as
         measured), or only on ``nodes``/``insts`` (the measured run with them made ideal). ``host`` False:
         every host gap removed as well."""
-        dd, dg, dt = self.ddur.copy(), self.dgap.copy(), self.dtr.copy()
-        if keep:
+        # written into the row in place (no copies of whole columns: dozens of put-backs per analysis)
+        some = nodes is not None or insts is not None
+        if not some or keep:  # the ideal everywhere, then ``nodes``/``insts`` back as measured
+            m.ddur[i] += self.ddur
+            m.dtr[i] += self.dtr
+            if host:
+                m.dgap[i] += self.dgap
             if nodes is not None:
-                dd[nodes] = 0.0
-                dg[nodes] = 0.0
+                m.ddur[i, nodes] -= self.ddur[nodes]
+                if host:
+                    m.dgap[i, nodes] -= self.dgap[nodes]
             if insts is not None:
-                dt[insts] = 0.0
-        elif nodes is not None or insts is not None:
-            on = np.zeros(dd.size, dtype=bool)
+                m.dtr[i, insts] -= self.dtr[insts]
+        else:  # the measured run with ``nodes``/``insts`` made ideal
             if nodes is not None:
-                on[nodes] = True
-            dd[~on] = 0.0
-            dg[~on] = 0.0
-            ion = np.zeros(dt.size, dtype=bool)
+                nodes = np.unique(nodes)
+                m.ddur[i, nodes] += self.ddur[nodes]
+                if host:
+                    m.dgap[i, nodes] += self.dgap[nodes]
             if insts is not None:
-                ion[insts] = True
-            dt[~ion] = 0.0
-        m.ddur[i] += dd
-        m.dtr[i] += dt
-        m.dgap[i] += -self.gap if not host else dg
+                insts = np.unique(insts)
+                m.dtr[i, insts] += self.dtr[insts]
+        if not host:
+            m.dgap[i] -= self.gap
 
 
 def ideal(g: Graph, rl: Roles) -> Ideal:
@@ -145,6 +149,27 @@ def ideal_study(g: Graph) -> Ideal:
     return Ideal(dd.fill_null(0.0).to_numpy(), -gap, dt.to_numpy().astype(np.float64), gap)
 
 
+def declared(g: Graph) -> Graph:
+    """The graph as the What-if study models it, where the trace says what each op waits for (op tables): an
+    op's binding predecessor is the one of its declared dependencies that ended last (the gap after it is the
+    study's launch delay), and the others are dependencies the replay waits for (``Graph.deps``). Ops with
+    none declared keep theirs."""
+    if g.declared is None or g.declared.height == 0:
+        return g
+    d = g.declared.join(g.nodes.select(pl.col("node").alias("dst"), "start_ns", "stream_pred"), on="dst")
+    bind = d.sort("src_end_ns", "src").group_by("dst").agg(pl.col("src").last().alias("_b"),
+                                                           pl.col("src_end_ns").last().alias("_be"))
+    n = g.nodes.join(bind, left_on="node", right_on="dst", how="left", maintain_order="left").with_columns(
+        pl.coalesce("_b", "bind_pred").alias("bind_pred"),
+        pl.when(pl.col("_b").is_not_null()).then(pl.col("start_ns") - pl.col("_be")).otherwise(pl.col("gap_ns"))
+        .alias("gap_ns")).drop("_b", "_be")
+    extra = d.join(bind, on="dst").filter((pl.col("src") != pl.col("_b"))
+                                          & (pl.col("src") != pl.col("stream_pred")).fill_null(True))
+    deps = extra.select("src", "dst", pl.max_horizontal(pl.col("start_ns") - pl.col("src_end_ns"), pl.lit(0))
+                        .alias("slack_ns")).sort("dst", "src")
+    return Graph(nodes=n, instances=g.instances, edges=g.edges, declared=g.declared, deps=deps)
+
+
 def steps_apart(g: Graph) -> Graph:
     """The graph with every step on its own, as the study simulates them: no operation depends on one of an
     earlier step (binding or stream predecessor), and an operation whose binding predecessor was in an earlier
@@ -163,7 +188,10 @@ def steps_apart(g: Graph) -> Graph:
         pl.when(inside & pl.col("_x_stream_pred")).then(None).otherwise(pl.col("stream_pred")).alias("stream_pred"),
         pl.when(cut_b).then(pl.col("a_start_ns") - pl.col("_s0")).otherwise(pl.col("gap_ns")).alias("gap_ns"),
     ).drop("_s0", "_x_bind_pred", "_x_stream_pred")
-    return Graph(nodes=n, instances=g.instances, edges=g.edges)
+    deps = g.deps
+    if deps is not None:  # a dependency on an op of an earlier step is cut like the predecessors
+        deps = deps.filter(pl.Series(step.gather(deps["src"]) == step.gather(deps["dst"])).fill_null(False))
+    return Graph(nodes=n, instances=g.instances, edges=g.edges, declared=g.declared, deps=deps)
 
 
 def study_steps(g: Graph) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:

@@ -33,6 +33,10 @@ GPU_OPTIONAL: dict[str, pl.DataType] = {
     "chunk": pl.Int32,
     "global_chunk": pl.Int32,
     "op_seq": pl.Int32,
+    # what the op waits for on its rank (op tables: the program order, optable_deps.py): a per-rank id, and
+    # the ids of the ops it waits for; the graph binds it to the last of them to end
+    "op_key": pl.Int64,
+    "after": pl.List(pl.Int64),
 }
 
 CPU_SCHEMA: dict[str, pl.DataType] = {

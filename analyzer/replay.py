@@ -71,6 +71,15 @@ class Schedule:
     x_e: np.ndarray  # node of each end event
     e_inst: np.ndarray  # its instance
     e_pos: np.ndarray  # start-event position of its node
+    # further dependencies (Graph.deps), ordered by their op's start-event position: each wave's slice, the
+    # dependency's chain root and chain position, its op's position, and where each op's run of them begins
+    x_off: np.ndarray
+    x_root: np.ndarray
+    x_cpos: np.ndarray
+    x_dpos: np.ndarray
+    x_slack: np.ndarray
+    xg_off: np.ndarray  # (waves+1) slice of ops with dependencies
+    xg_first: np.ndarray  # each such op's first dependency, relative to its wave's first
 
 
 @dataclass
@@ -113,6 +122,9 @@ class Arrays:
     lead: np.ndarray  # the operations that are not simple (each has an event of its own), ascending
     chain_lead: np.ndarray  # for each position in chain_order, the index in ``lead`` of its chain's root
     chain_floor: np.ndarray  # for each position in chain_order: −slack (float)
+    dep_src: np.ndarray  # further dependencies (Graph.deps): src, dst, slack (ns)
+    dep_dst: np.ndarray
+    dep_slack: np.ndarray
 
     @classmethod
     def of(cls, g: Graph, eager: bool = True) -> Arrays:
@@ -124,7 +136,12 @@ class Arrays:
             return n[name].fill_null(fill).to_numpy().astype(np.int64)
 
         bp, sp, inst, start = col("bind_pred"), col("stream_pred"), col("inst"), col("start_ns")
-        simple = (inst < 0) & (bp >= 0) & (bp == sp)
+        deps = g.deps if g.deps is not None else pl.DataFrame(schema={"src": pl.Int64, "dst": pl.Int64,
+                                                                      "slack_ns": pl.Int64})
+        d_src, d_dst = deps["src"].to_numpy().astype(np.int64), deps["dst"].to_numpy().astype(np.int64)
+        has_dep = np.zeros(bp.size, dtype=bool)
+        has_dep[d_dst] = True
+        simple = (inst < 0) & (bp >= 0) & (bp == sp) & ~has_dep
         root = np.where(simple, bp, np.arange(bp.size))
         while bp.size:  # pointer jumping: log(chain length) rounds
             nxt = root[root]
@@ -151,7 +168,8 @@ class Arrays:
                    n_inst=np.bincount(joined, minlength=parent.size).astype(np.int64),
                    n_instances=parent.size, parent=parent, n_graph_instances=g.instances.height, also=also,
                    simple=simple, root=root, chain_order=order, chain_first=chain_first, chain_pos=pos, lead=lead,
-                   chain_lead=np.searchsorted(lead, root[order]), chain_floor=-slack[order].astype(np.float64))
+                   chain_lead=np.searchsorted(lead, root[order]), chain_floor=-slack[order].astype(np.float64),
+                   dep_src=d_src, dep_dst=d_dst, dep_slack=deps["slack_ns"].to_numpy().astype(np.float64))
 
 
 def _apart(inst: np.ndarray, gate: np.ndarray, start: np.ndarray, end: np.ndarray, n_inst: int) -> np.ndarray:
@@ -251,8 +269,11 @@ def _levels(a: Arrays) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, 
     d2 = np.where(d2 == d1, -1, d2)
     indeg = (d1 >= 0).astype(np.int64) + (d2 >= 0)
     ids = np.arange(n_s)
-    succ = _Lists(np.concatenate([d1[d1 >= 0], d2[d2 >= 0]]), np.concatenate([ids[d1 >= 0], ids[d2 >= 0]]), n_s + n_e,
-                  LIST_WIDTH)
+    d3 = fin[a.root[a.dep_src]]  # further dependencies: each op that has some is a lead
+    i3 = np.searchsorted(lead, a.dep_dst)
+    np.add.at(indeg, i3, 1)
+    succ = _Lists(np.concatenate([d1[d1 >= 0], d2[d2 >= 0], d3]), np.concatenate([ids[d1 >= 0], ids[d2 >= 0], i3]),
+                  n_s + n_e, LIST_WIDTH)
     n_inst = max(a.n_instances, 1)
     inst_ends = _Lists(a.inst[ends], n_s + np.arange(n_e), n_inst, LIST_WIDTH)
     arr_inst = np.where(matched[lead], a.inst[lead], -1)
@@ -347,13 +368,22 @@ def schedule(a: Arrays) -> Schedule:
     g_at = np.flatnonzero(new)
     a_off = np.searchsorted(a_w, np.arange(nw + 1))
     g_w = a_w[g_at]
+    x_dpos = pos[a.dep_dst]
+    o = np.argsort(x_dpos, kind="stable")
+    x_dpos, x_src = x_dpos[o], a.dep_src[o]
+    x_w = w_s[x_dpos]
+    xg_at = np.flatnonzero(np.r_[True, x_dpos[1:] != x_dpos[:-1]]) if x_dpos.size else np.zeros(0, np.int64)
+    x_off = np.searchsorted(x_w, np.arange(nw + 1))
+    xg_w = x_w[xg_at]
     return Schedule(
         n_waves=nw, forced=forced, s_off=np.searchsorted(w_s, np.arange(nw + 1)), x_s=x_s,
         rb=np.where(bp >= 0, a.root[np.maximum(bp, 0)], n), bpx=np.where(bp >= 0, bp, n),
         rs=np.where(sp >= 0, a.root[np.maximum(sp, 0)], n + 1), spx=np.where(sp >= 0, sp, n + 1),
         a_off=a_off, a_pos=a_pos, a_wait=a_wait, g_off=np.searchsorted(g_w, np.arange(nw + 1)),
         g_first=g_at - a_off[g_w], g_inst=a_inst[g_at],
-        e_off=np.searchsorted(w_e, np.arange(nw + 1)), x_e=x_e, e_inst=a.inst[x_e], e_pos=pos[x_e])
+        e_off=np.searchsorted(w_e, np.arange(nw + 1)), x_e=x_e, e_inst=a.inst[x_e], e_pos=pos[x_e],
+        x_off=x_off, x_root=a.root[x_src], x_cpos=a.chain_pos[x_src], x_dpos=x_dpos, x_slack=a.dep_slack[o],
+        xg_off=np.searchsorted(xg_w, np.arange(nw + 1)), xg_first=xg_at - x_off[xg_w])
 
 
 def run(a: Arrays, sch: Schedule, mods: Mods) -> tuple[np.ndarray, np.ndarray]:
@@ -376,6 +406,8 @@ def run(a: Arrays, sch: Schedule, mods: Mods) -> tuple[np.ndarray, np.ndarray]:
     after_bind = np.ascontiguousarray((chain[:, a.chain_pos[np.minimum(sch.bpx, n)]] + mods.dgap[:, x]).T)
     after_stream = np.ascontiguousarray((chain[:, a.chain_pos[np.minimum(sch.spx, n)]] - a.slack[x]).T)
     ddur = np.ascontiguousarray(mods.ddur[:, x].T)
+    after_dep = np.ascontiguousarray((chain[:, sch.x_cpos] - sch.x_slack).T)
+    x_off, xg_off = sch.x_off.tolist(), sch.xg_off.tolist()
     dstart = np.zeros((x.size, s))
     imax = np.full((max(a.n_instances, 1), s), -np.inf)
     wait = sch.a_wait[:, None]
@@ -388,6 +420,15 @@ def run(a: Arrays, sch: Schedule, mods: Mods) -> tuple[np.ndarray, np.ndarray]:
         lo, hi = s_off[k], s_off[k + 1]
         if hi > lo:
             v = np.maximum(de[rb[lo:hi]] + after_bind[lo:hi], de[rs[lo:hi]] + after_stream[lo:hi])
+            xl, xh = x_off[k], x_off[k + 1]
+            if xh > xl:  # and not before its further dependencies end
+                vals = de[sch.x_root[xl:xh]] + after_dep[xl:xh]
+                gl, gh = xg_off[k], xg_off[k + 1]
+                first = sch.xg_first[gl:gh]
+                if gh - gl < xh - xl:
+                    vals = np.maximum.reduceat(vals, first, axis=0)
+                t = sch.x_dpos[xl:xh][first] - lo
+                v[t] = np.maximum(v[t], vals)
             dstart[lo:hi] = v
             de[x[lo:hi]] = v + ddur[lo:hi]  # a matched kernel's end is set again at its end event
             al, ah = a_off[k], a_off[k + 1]
@@ -402,7 +443,7 @@ def run(a: Arrays, sch: Schedule, mods: Mods) -> tuple[np.ndarray, np.ndarray]:
         lo, hi = e_off[k], e_off[k + 1]
         if hi > lo:
             de[xe[lo:hi]] = np.where(hide[lo:hi], dstart[ep[lo:hi]] - dur[lo:hi], imax[ei[lo:hi]] + dtr[lo:hi])
-    del after_bind, after_stream, ddur, dtr, hide, imax
+    del after_bind, after_stream, after_dep, ddur, dtr, hide, imax
     # every operation ends where its chain's root does, plus its chain offset; a simple one starts its
     # duration before that, the others where the waves put them
     de_out = np.empty((s, n))

@@ -38,6 +38,8 @@ STAGES = [
     ("analyzer.graph", "build"),
     ("analyzer.metrics.critical_path", "critical_path"),
     ("analyzer.whatif", "analyze"),
+    ("analyzer.counterfactual", "analyze"),  # both models on op tables (commscope's, then the study's)
+    ("analyzer.ingest.optable_deps", "dependencies"),
 ]
 
 

@@ -202,27 +202,28 @@ def test_study_top_groups_match_the_published_attribution(study: dict, trace: st
         assert got == want, (axis, got, want)
 
 
-@pytest.mark.parametrize("trace,tol", [("AR", 0.03), ("SE", 0.05), ("ST", 0.03)])
-def test_study_slowdown_near_the_published_one(study: dict, trace: str, tol: float) -> None:
-    # published S: mean step_t_nodelay / mean step_t_noblk. Ours replays the same steps on commscope's graph
-    # (README: within 2.8% on AR, 3.0% on ST, 5.0% on SE, where the replay without launch delays is 4.9% shorter)
+@pytest.mark.parametrize("trace", ["AR", "SE", "ST"])
+def test_study_slowdown_within_2_percent_of_the_published_one(study: dict, trace: str) -> None:
+    # published S: mean step_t_nodelay / mean step_t_noblk; ours replays the same steps on commscope's graph
+    # with the artifact's dependencies (ingest/optable_deps.py)
     mine, pub, _, _ = study[trace]
     want = statistics.mean(pub["step_t_nodelay"].values()) / statistics.mean(pub["step_t_noblk"].values())
     assert want == pytest.approx(pub["blocking_slowdown"], rel=1e-9)
-    assert mine["slowdown"] == pytest.approx(want, rel=tol)
+    assert mine["slowdown"] == pytest.approx(want, rel=0.02)
 
 
-@pytest.mark.parametrize("trace,metric", [("AR", "m_w"), ("AR", "m_s"), ("SE", "m_w")])
+@pytest.mark.parametrize("trace", ["AR", "SE", "ST"])
+def test_study_replays_match_the_published_step_times(study: dict, trace: str) -> None:
+    # the run without launch delays and the ideal run, mean step (published in seconds): the same dependency
+    # model replays the same steps, so they agree far inside S's 2% (measured: within 0.04%)
+    mine, pub, _, _ = study[trace]
+    assert mine["replay_step_time_ms"] == pytest.approx(1e3 * statistics.mean(pub["step_t_nodelay"].values()),
+                                                        rel=0.002)
+    assert mine["ideal_step_time_ms"] == pytest.approx(1e3 * statistics.mean(pub["step_t_noblk"].values()), rel=0.002)
+
+
+@pytest.mark.parametrize("trace,metric", [(t, m) for t in ("AR", "SE", "ST") for m in ("m_w", "m_s")])
 def test_study_m_w_and_m_s_within_0_05(study: dict, trace: str, metric: str) -> None:
-    mine, _, ms, mw = study[trace]
-    want = mw["Mw"] if metric == "m_w" else ms["Ms"]
-    assert mine[metric] == pytest.approx(want, abs=0.05)
-
-
-@pytest.mark.xfail(strict=True, reason="outside 0.05 (README): SE M_S 0.74 against 0.69; ST M_W 0.35 and M_S 1.36 "
-                                       "against 0.03 and 1.22")
-@pytest.mark.parametrize("trace,metric", [("SE", "m_s"), ("ST", "m_w"), ("ST", "m_s")])
-def test_study_m_w_and_m_s_not_yet_within_0_05(study: dict, trace: str, metric: str) -> None:
     mine, _, ms, mw = study[trace]
     want = mw["Mw"] if metric == "m_w" else ms["Ms"]
     assert mine[metric] == pytest.approx(want, abs=0.05)

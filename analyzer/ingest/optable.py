@@ -30,8 +30,8 @@ from ..model import (
     conform,
     empty,
 )
+from . import optable_deps, optable_p2p
 from . import optable_layout as lay_mod
-from . import optable_p2p
 from .optable_frame import Table, read_table
 from .optable_ops import STREAM_COMPUTE, UNKNOWN_KIND, op_rules
 from .options import ReadOptions
@@ -44,6 +44,7 @@ def read(path: Path, opts: ReadOptions) -> list[RankTrace]:
     lay = _layout(path, table, opts)
     df = _coords(path, table, lay)
     df, warnings = optable_p2p.mark_noops(_relaid(_local_ops(df, lay)), lay)
+    df = optable_deps.dependencies(df, dp_sync=lay.dp * lay.cp > 1)
     warnings = table.warnings + warnings
     ranks = df.select("rank", "dp_rank", "stage").unique().sort("rank").rows()
     groups = lay_mod.all_groups(lay, ranks)
@@ -150,7 +151,7 @@ def _gpu(df: pl.DataFrame) -> pl.DataFrame:
         "rank", pl.lit(0, dtype=pl.Int32).alias("device"), "stream", "start_ns", "end_ns",
         pl.col("optype").alias("name"), "kind", pl.lit(None, dtype=pl.Int64).alias("correlation"),
         "stage", "dp_rank", pl.col("mb_id").alias("micro_batch"), pl.col("mc").alias("chunk"),
-        pl.col("gmc").alias("global_chunk"), pl.col("seq_id").alias("op_seq"),
+        pl.col("gmc").alias("global_chunk"), pl.col("seq_id").alias("op_seq"), "op_key", "after",
     ).sort("rank", "start_ns", "stream")
     return conform(out, GPU_SCHEMA, GPU_OPTIONAL)
 

@@ -11,7 +11,9 @@ forward-send to the next stage, forward-recv from the previous, backward the oth
 
 Streams mirror the artifact's chains: forward and backward compute (and the optimizer) in order on one stream,
 each of the four p2p op types on a stream of its own (the artifact chains each separately; a batched
-send+recv is two operations), the dp collectives on one stream, the other collectives on another.
+send+recv is two operations), the params all-gathers and grads reduce-scatters on one stream, the other
+collectives (the step's closing chain: layernorm, embedding, separate grads all-reduce, clip) on another.
+What waits for what across streams is :mod:`.optable_deps`.
 The collective operation names are canonicalized by ``timeline.op_from_collective_name`` (the one rule).
 """
 
@@ -34,7 +36,7 @@ OPTYPES: dict[str, tuple[str, str | None, str | None, int, int | None]] = {
     "gc": ("other", None, None, STREAM_COMPUTE, None),  # a host-side marker (Python GC), zero length
     "params-all-gather": ("comm", "allgather", "dp", STREAM_DP, None),
     "grads-reduce-scatter": ("comm", "reduce_scatter", "dp", STREAM_DP, None),
-    "separate-grads-all-reduce": ("comm", "allreduce", "dp", STREAM_DP, None),
+    "separate-grads-all-reduce": ("comm", "allreduce", "dp", STREAM_MP, None),
     "layernorm-grads-all-reduce": ("comm", "allreduce", "mp", STREAM_MP, None),
     "embedding-grads-all-reduce": ("comm", "allreduce", "emb", STREAM_MP, None),
     "optimizer-clip-main-grad": ("comm", "allreduce", "world", STREAM_MP, None),
