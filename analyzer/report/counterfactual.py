@@ -67,3 +67,37 @@ def lead(a: Analysis) -> str | None:
         return None
     return (f"No single rank holds the job back: the step ({_ms(c.replay_ns / NS_PER_MS)}) is {c.slowdown:.2f}x its "
             f"ideal run ({_ms(c.ideal_ns / NS_PER_MS)}), spread over the ranks.")
+
+
+
+_WHERE = (("by_stage", "stage"), ("by_dp_replica", "DP replica"), ("by_op", "op"))
+
+
+def _pct(x: float) -> str:
+    return f"{0.0 if round(x * 100) == 0 else x:.0%}"  # never "-0%"
+
+
+def where(a: Analysis) -> str | None:
+    """Op tables: where the slowdown sits in the published study's model (whose numbers commscope reproduces on
+    its traces): the stage, DP replica and op type whose measured times, put back into the ideal run, add the
+    most, and the shares of the slowdown stage imbalance (M_S) and individual workers (M_W) explain."""
+    c = a.counterfactual
+    if c is None or c.study is None:
+        return None
+    src = c.study
+    tops = []
+    for ax, label in _WHERE:
+        df = src.attribution.get(ax)
+        if df is None or df.height < 2:  # one group: nothing stands out
+            continue
+        top = df.sort("added_ns", descending=True).row(0, named=True)
+        if top["added_ns"] > 0:
+            tops.append(f"{label} {top['key']} (+{_ms(top['added_ns'] / NS_PER_MS)})")
+    if not tops:
+        return None
+    s = f", S {src.slowdown:.2f}x" if _num(src.slowdown) is not None else ""
+    shares = [f"{label} {_pct(share)}" for label, share in (("stage imbalance explains", src.m_s),
+                                                             ("individual workers", src.m_w)) if _num(share) is not None]
+    return (f"In the study's model (launch delays removed{s}): put back into the ideal run, {tops[0]} adds the most "
+            "per step" + (f", then {' and '.join(tops[1:])}" if len(tops) > 1 else "")
+            + (f"; {', '.join(shares)} of the slowdown (M_S, M_W)" if shares else "") + ".")

@@ -7,6 +7,7 @@ from ..metrics.stragglers import Verdict
 from ..ranklist import compact
 from ..rules import NS_PER_MS
 from .counterfactual import lead as cf_lead
+from .counterfactual import where as cf_where
 from .inspector import headline as inspector_headline
 
 
@@ -62,6 +63,8 @@ def headline(a: Analysis) -> list[str]:
     v = a.verdict
     if first := cf_lead(a):
         lines.append(first)
+    if second := cf_where(a):
+        lines.append(second)
     if v is not None:
         cause = {
             "host": f"host-bound: its GPU sat idle {v.idle_before_ns / NS_PER_MS / max(v.steps_last, 1):,.1f} ms per step "
