@@ -20,7 +20,7 @@ import polars as pl
 from . import compare_gate
 from .analysis import Analysis
 from .errors import IncomparableRuns
-from .rules import NS_PER_MS
+from .rules import NS_PER_MS, bucket_label
 from .thresholds import DEFAULTS, METRICS, Rule, Thresholds
 
 # compare metric -> column in Analysis.steps (and in Analysis.ranks for the no-steps fallback)
@@ -197,12 +197,6 @@ def _rank_samples(a: Analysis, col: str, metric: str, rank: int) -> list[float]:
     return a.ranks.filter(pl.col("rank") == rank)[rcol].to_list() if rcol in a.ranks.columns else []
 
 
-def _size_label(nbytes: int) -> str:
-    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
-        if nbytes >= 1 << shift:
-            return f"{nbytes >> shift} {unit}"
-    return f"{nbytes} B"
-
 
 def _busbw_groups(a: Analysis) -> dict[tuple[str, int], list[float]]:
     c = a.collectives
@@ -293,9 +287,9 @@ def compare(base: Analysis, new: Analysis, thresholds: Thresholds = DEFAULTS, al
     only = sorted(set(bb) ^ set(nb))
     if only:
         notes.append("bus bandwidth not compared for operations in one run only: "
-                     + ", ".join(f"{op} {_size_label(b)} ({'base' if (op, b) in bb else 'new'})" for op, b in only))
+                     + ", ".join(f"{op} {bucket_label(b)} ({'base' if (op, b) in bb else 'new'})" for op, b in only))
     bandwidth = tuple(
-        _delta("busbw_gbps", f"{op} {_size_label(b)}", bb[(op, b)], nb[(op, b)], th, floor_ms) for op, b in keys
+        _delta("busbw_gbps", f"{op} {bucket_label(b)}", bb[(op, b)], nb[(op, b)], th, floor_ms) for op, b in keys
     )
     n1, n2 = overall[0].n_before, overall[0].n_after
     if n1 and n2 and 2.0 / math.comb(n1 + n2, n1) >= th.alpha:

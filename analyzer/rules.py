@@ -15,6 +15,26 @@ NS_PER_MS = 1e6
 NS_PER_S = 1e9
 NS_PER_UNIT = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}  # exact ints: unit name -> ns
 
+
+def size_text(n: float | None, missing: str = "-") -> str:
+    """Bytes for people: 4 MiB, 1.5 KiB (binary units, as NCCL and PyTorch print them)."""
+    if n is None:
+        return missing
+    x = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if x < 1024:
+            return f"{x:g} {unit}"
+        x /= 1024
+    return f"{x:g} TiB"
+
+
+def bucket_label(nbytes: int) -> str:
+    """A power-of-two size bucket's name in whole units (compare's and the history's keys): 64 MiB."""
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if nbytes >= 1 << shift:
+            return f"{nbytes >> shift} {unit}"
+    return f"{nbytes} B"
+
 # ----------------------------------------------------------------------------- op taxonomy
 DIRECTED_P2P_OPS = ("send", "recv")  # one direction, one peer
 P2P_OPS = (*DIRECTED_P2P_OPS, "send_recv")  # send_recv: a batched exchange (batch_isend_irecv)

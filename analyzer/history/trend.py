@@ -12,6 +12,7 @@ import numpy as np
 import polars as pl
 
 from ..errors import UsageError
+from ..rules import bucket_label
 from . import changepoints
 from .changepoints import Drift, Options, Shift
 from .store import Store
@@ -35,12 +36,6 @@ def worse(metric: str, delta: float) -> bool:
     return delta < 0 if metric in HIGHER_IS_BETTER else delta > 0
 
 
-def size_label(nbytes: int) -> str:
-    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
-        if nbytes >= 1 << shift:
-            return f"{nbytes >> shift} {unit}"
-    return f"{nbytes} B"
-
 
 def scope_label(key: dict) -> str:
     """'run', 'TP', 'rank 3', 'all_reduce 64 MiB inter-node', 'scenario no_straggler'."""
@@ -52,7 +47,7 @@ def scope_label(key: dict) -> str:
     if key.get("op") is not None:
         parts.append(str(key["op"]))
     if key.get("size_bucket") is not None:
-        parts.append(size_label(int(key["size_bucket"])))
+        parts.append(bucket_label(int(key["size_bucket"])))
     if key.get("intra_node") is not None:
         parts.append("intra-node" if key["intra_node"] else "inter-node")
     if key.get("item") is not None:

@@ -360,3 +360,17 @@ class Reading:
         c = self.cols
         return LogFile(self.path, records, c.headers, c.metas, self.lines, self.bad, self.first_bad, c.unknown,
                        c.no_header, self.truncated)
+
+
+def header_frames(hdrs: list[dict], metas: list[dict], warnings: list[str]) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The job's communicator headers and process metadata as tables (one row per file and header / metadata
+    record); a format version newer than this reader knows is said in ``warnings``."""
+    hdr_df = pl.DataFrame(hdrs, schema={"file": pl.Int32, "hdr": pl.Int32, "id": pl.Utf8, "name": pl.Utf8,
+                                        "comm_rank": pl.Int32, "n_ranks": pl.Int32, "nnodes": pl.Int32})
+    meta_df = pl.DataFrame(metas, schema={"file": pl.Int32, "meta": pl.Int32, "hostname": pl.Utf8, "pid": pl.Int64,
+                                          "version": pl.Utf8})
+    versions = sorted(set(meta_df["version"].drop_nulls().to_list()) - set(KNOWN_VERSIONS) - {""})
+    if versions:
+        warnings.append(f"NCCL Inspector output format {', '.join(versions)} is newer than the {KNOWN_VERSIONS[-1]} "
+                        "this reader knows: its fields were read by name")
+    return hdr_df, meta_df

@@ -18,7 +18,7 @@ import polars as pl
 
 from ..errors import TraceError
 from ..model import INSPECTOR_COMM_SCHEMA, INSPECTOR_SCHEMA, InspectorLog, conform, empty
-from .inspector_decode import KNOWN_VERSIONS, OPS, Reading, concat
+from .inspector_decode import OPS, Reading, concat, header_frames
 from .inspector_fold import Fold, Folded
 from .inspector_ranks import map_ranks
 from .inspector_workers import Local, Workers
@@ -146,14 +146,7 @@ def read_streaming(files: list[Path], timeline_max: int, jobs: int, mapped: Call
                      "n_ranks": h.n_ranks, "nnodes": h.nnodes} for i, h in enumerate(c.headers))
         metas.extend({"file": new[fi], "meta": i, "hostname": m.hostname or None, "pid": m.pid if m.pid >= 0 else None,
                       "version": m.inspector_output_format_version} for i, m in enumerate(c.metas))
-    hdr_df = pl.DataFrame(hdrs, schema={"file": pl.Int32, "hdr": pl.Int32, "id": pl.Utf8, "name": pl.Utf8,
-                                        "comm_rank": pl.Int32, "n_ranks": pl.Int32, "nnodes": pl.Int32})
-    meta_df = pl.DataFrame(metas, schema={"file": pl.Int32, "meta": pl.Int32, "hostname": pl.Utf8, "pid": pl.Int64,
-                                          "version": pl.Utf8})
-    versions = sorted(set(meta_df["version"].drop_nulls().to_list()) - set(KNOWN_VERSIONS) - {""})
-    if versions:
-        warnings.append(f"NCCL Inspector output format {', '.join(versions)} is newer than the {KNOWN_VERSIONS[-1]} "
-                        "this reader knows: its fields were read by name")
+    hdr_df, meta_df = header_frames(hdrs, metas, warnings)
     used = pl.DataFrame([(new[f], h, m) for f, h, m in st["used"]], schema={"file": pl.Int32, "hdr": pl.Int32,
                                                                             "meta": pl.Int32}, orient="row")
     names = [str(readers[fi].path) for fi in usable]

@@ -46,7 +46,7 @@ from ..model import (
     conform,
     empty,
 )
-from .inspector_decode import FORMAT, KNOWN_VERSIONS, OPS, LogFile, concat, read_file, sniff
+from .inspector_decode import FORMAT, OPS, LogFile, concat, header_frames, read_file, sniff
 from .inspector_ranks import Ranks, map_ranks
 
 # operations with timestamps put on the timeline at most (the latest ones): the trace analysis took 967 MB at
@@ -92,14 +92,7 @@ def assemble(parsed: list[LogFile]) -> TraceSet:
         recs.append(concat([f.records.filter(pl.col("hdr") >= 0)]).with_columns(
             pl.lit(fi, dtype=pl.Int32).alias("file")))
         f.records = f.records.clear()  # the job's table is built from ``recs``: the file's copy is not needed again
-    hdr_df = pl.DataFrame(hdrs, schema={"file": pl.Int32, "hdr": pl.Int32, "id": pl.Utf8, "name": pl.Utf8,
-                                        "comm_rank": pl.Int32, "n_ranks": pl.Int32, "nnodes": pl.Int32})
-    meta_df = pl.DataFrame(metas, schema={"file": pl.Int32, "meta": pl.Int32, "hostname": pl.Utf8, "pid": pl.Int64,
-                                          "version": pl.Utf8})
-    versions = sorted(set(meta_df["version"].drop_nulls().to_list()) - set(KNOWN_VERSIONS) - {""})
-    if versions:
-        warnings.append(f"NCCL Inspector output format {', '.join(versions)} is newer than the {KNOWN_VERSIONS[-1]} "
-                        "this reader knows: its fields were read by name")
+    hdr_df, meta_df = header_frames(hdrs, metas, warnings)
     names = [str(f.path) for f in usable]
     used = pl.concat([r.select("file", "hdr", "meta").unique() for r in recs])
     ranks = map_ranks(hdr_df, meta_df, used, names)

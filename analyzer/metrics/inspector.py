@@ -187,6 +187,12 @@ def _ranks(records: pl.DataFrame, complete: pl.DataFrame) -> pl.DataFrame:
     df = (total.join(per, on="rank", how="left")
           .with_columns(pl.col("instances").fill_null(0),
                         pl.col("instances_last", "wait_ms", "caused_wait_ms").fill_null(0.0)))
+    return rank_columns(df)
+
+
+def rank_columns(df: pl.DataFrame) -> pl.DataFrame:
+    """The per-rank table's columns from its sums (``_expected``, ``_var``: the caused wait's mean and variance
+    if who arrives last were chance), whole-table or streamed alike."""
     return df.select(
         "rank", "records", "comm_ms", "wait_ms", "caused_wait_ms", "instances", "instances_last",
         pl.when(pl.col("instances") > 0).then(100.0 * pl.col("instances_last") / pl.col("instances"))

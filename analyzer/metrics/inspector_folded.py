@@ -81,10 +81,4 @@ def _ranks(pp: pl.DataFrame) -> pl.DataFrame:
         (pl.col("caused_ns").sum() / im.NS_PER_MS).alias("caused_wait_ms"),
         pl.col("instances").sum().cast(pl.UInt32), pl.col("share").sum().alias("instances_last"),
         pl.col("expected_ms").sum().alias("_expected"), pl.col("var").sum().alias("_var"))
-    return df.select(
-        "rank", "records", "comm_ms", "wait_ms", "caused_wait_ms", "instances", "instances_last",
-        pl.when(pl.col("instances") > 0).then(100.0 * pl.col("instances_last") / pl.col("instances"))
-        .alias("last_arrival_pct"),
-        pl.when(pl.col("_var") > 0).then((pl.col("caused_wait_ms") - pl.col("_expected")) / pl.col("_var").sqrt())
-        .alias("caused_wait_z"),
-    ).sort("rank")
+    return im.rank_columns(df)

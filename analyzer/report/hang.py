@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 from ..hang_analysis import HangAnalysis
-from ..rules import NS_PER_S
+from ..rules import NS_PER_S, size_text
 
 MAX_ALSO = 5  # further stuck groups named under the headline
 
@@ -32,16 +32,6 @@ def ranks_text(ranks: list[int]) -> str:
     return ("rank " if len(rs) == 1 else "ranks ") + ", ".join(runs)
 
 
-def size_text(n: int | None) -> str:
-    if n is None:
-        return "size unknown"
-    x = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if x < 1024:
-            return f"{x:g} {unit}"
-        x /= 1024
-    return f"{x:g} TiB"
-
 
 def clock_text(ns: int | None) -> str:
     if not ns:
@@ -55,7 +45,7 @@ def group_text(h: dict) -> str:
 
 
 def _op_text(h: dict) -> str:
-    detail = [size_text(h["bytes"])] + ([h["dtype"]] if h["dtype"] else [])
+    detail = [size_text(h["bytes"], "size unknown")] + ([h["dtype"]] if h["dtype"] else [])
     if h["kind"] == "p2p":
         detail.insert(0, f"rank {h['src']} -> {h['dst']}" if h["src"] is not None else "")
     return f"{h['op']} #{h['seq']} ({', '.join(d for d in detail if d)})"
@@ -82,7 +72,7 @@ def hang_sentence(h: dict) -> str:
             if bits:
                 clauses.append("; ".join(bits))
     for m in h["mismatched"][:5]:
-        what = f"{size_text(m['bytes'])}" + (f", {m['dtype']}" if m["dtype"] else "")
+        what = f"{size_text(m['bytes'], 'size unknown')}" + (f", {m['dtype']}" if m["dtype"] else "")
         clauses.append(f"rank {m['rank']} called it with {what}" if m["op"] == h["op"]
                        else f"rank {m['rank']} called {m['op']} ({what}) instead")
     if h["no_dump"]:
@@ -122,7 +112,7 @@ STUCK_COLUMNS = ("group", "dim", "seq", "op", "size", "dtype", "waiting", "never
 
 
 def stuck_rows(a: HangAnalysis) -> list[list[str]]:
-    return [[str(h["group"]), str(h["dimension"]), str(h["seq"]), str(h["op"]), size_text(h["bytes"]),
+    return [[str(h["group"]), str(h["dimension"]), str(h["seq"]), str(h["op"]), size_text(h["bytes"], "size unknown"),
              str(h["dtype"] or "-"), _short(h["waiting"]), _short(h["missing"]),
              _short([m["rank"] for m in h["mismatched"]]), _short(h["no_dump"]), "yes" if h["root"] else "no"]
             for h in a.result.stuck]
@@ -140,7 +130,7 @@ P2P_COLUMNS = ("group", "op", "src", "dst", "seq", "size", "peer has dump")
 
 
 def p2p_rows(a: HangAnalysis) -> list[list[str]]:
-    return [[str(u["pg"]), u["op"], str(u["src"]), str(u["dst"]), str(u["seq"]), size_text(u["bytes"]),
+    return [[str(u["pg"]), u["op"], str(u["src"]), str(u["dst"]), str(u["seq"]), size_text(u["bytes"], "size unknown"),
              "yes" if u["peer_has_dump"] else "no"] for u in a.result.p2p_unmatched]
 
 

@@ -4,6 +4,7 @@ already-formatted cells), read from ``Analysis.inspector``. Formatting only."""
 from __future__ import annotations
 
 from ..analysis import Analysis
+from ..rules import size_text
 
 MAX_SLOW_LINKS = 3
 # (key, header, digits): per communicator x op x size; the busbw is the instance's (from its shortest kernel)
@@ -23,16 +24,6 @@ OUTLIER_COLUMNS = (
     ("total_wait_ms", "total wait ms", 3),
 )
 
-
-def size_text(n: float | int | None) -> str:
-    if n is None:
-        return "-"
-    x = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if x < 1024:
-            return f"{x:g} {unit}"
-        x /= 1024
-    return f"{x:g} TiB"
 
 
 def _where(intra: bool | None, nnodes: int | None) -> str:

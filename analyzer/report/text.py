@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..analysis import Analysis
-from ..rules import NS_PER_US
+from ..rules import NS_PER_US, size_text
 from .dimensions import summary as dim_summary
 from .inspector import cell as inspector_cell
 from .inspector import tables as inspector_tables
@@ -107,7 +107,7 @@ def render(a: Analysis, width: int | None = None, color: bool = False, show_step
         for label in ("pg", "seq", "op", "step", "size", "transfer ms", "max wait ms", "last rank", "busbw GB/s"):
             ct.add_column(label, justify="left" if label == "op" else "right")
         for r in top.to_dicts():
-            ct.add_row(_f(r["pg"]), _f(r["seq"]), _f(r["op"]), _f(r["step"]), _size(r["bytes"]),
+            ct.add_row(_f(r["pg"]), _f(r["seq"]), _f(r["op"]), _f(r["step"]), size_text(r["bytes"]),
                        _f(r["transfer_ms"], 3), _f(r["max_wait_ms"], 3), _f(r["last_rank"]), _f(r["busbw_gbps"], 2))
         tcon.print(ct)
     if a.bandwidth.height:
@@ -117,7 +117,7 @@ def render(a: Analysis, width: int | None = None, color: bool = False, show_step
             bt.add_column(label, justify="left" if label == "op" else "right")
         for r in a.bandwidth.to_dicts():
             intra = r.get("intra_node")
-            bt.add_row(r["op"], _size(r["size_bucket"]), "-" if intra is None else "yes" if intra else "no",
+            bt.add_row(r["op"], size_text(r["size_bucket"]), "-" if intra is None else "yes" if intra else "no",
                        _f(r["count"]), _f(r["transfer_ms_p50"], 3), _f(r["algbw_gbps_p50"], 2),
                        _f(r["busbw_gbps_p50"], 2))
         tcon.print(bt)
@@ -165,14 +165,3 @@ def _table(title: str, cols: list[tuple[str, str]], rows: list[dict]) -> Table:
 
 def _ranks_text(ranks: list[int]) -> str:
     return ",".join(map(str, ranks[:6])) + (f",... ({len(ranks)})" if len(ranks) > 6 else "")
-
-
-def _size(n: int | None) -> str:
-    if n is None:
-        return "-"
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024:
-            return f"{n:g} {unit}"
-        n /= 1024
-    return f"{n:g} TiB"
-
