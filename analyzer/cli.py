@@ -210,11 +210,7 @@ def analyze(paths: tuple[Path, ...], fmt: str, output: Path | None, show_steps: 
 
             stored = add(history_store, result, run_id, label_map)
             click.echo(f"added run {stored} to {history_store}", err=True)
-        if output:
-            output.write_text(text, encoding="utf-8")
-            click.echo(f"wrote {output}", err=True)
-        else:
-            click.echo(text, nl=False)
+        _emit(text, output)
 
     _guard(run)
 
@@ -346,11 +342,7 @@ def compare(runs: tuple[Path, ...], baseline: str | None, store: str | None, fai
         step_summary(text if fmt == "markdown" else compare_formats.render(result, "markdown"))
         if junit_path:
             junit_path.write_text(compare_formats.junit(result), encoding="utf-8")
-        if output:
-            output.write_text(text, encoding="utf-8")
-            click.echo(f"wrote {output}", err=True)
-        else:
-            click.echo(text, nl=False)
+        _emit(text, output)
         outcome["passed"] = result.passed
 
     _guard(run)
@@ -413,11 +405,7 @@ def history_trend(store: str | None, metrics: tuple[str, ...], since: str | None
         t = trend(store, list(metrics), since, parse_labels(labels), per_rank)
         text = trend_formats.render(t, fmt)
         step_summary(text if fmt == "markdown" else trend_formats.render(t, "markdown"))
-        if output:
-            output.write_text(text, encoding="utf-8")
-            click.echo(f"wrote {output}", err=True)
-        else:
-            click.echo(text, nl=False)
+        _emit(text, output)
 
     _guard(run)
 
