@@ -33,7 +33,7 @@ def analyze(*paths: str | PathLike[str], ranks: Iterable[int] | None = None, ste
 
     from .analysis import analyze as run_analysis
     from .errors import UsageError
-    from .loader import LoadOptions, load
+    from .ingest.loader import LoadOptions, load
 
     if not paths:
         raise UsageError("analyze() needs at least one trace file or folder")

@@ -8,12 +8,14 @@ from functools import partial
 
 import polars as pl
 
-from . import align, counterfactual, graph, match, step_sync, whatif
-from .collectives import bus_factor_expr
+from .crossrank import align, graph, match, step_sync
+from .crossrank.collectives import bus_factor_expr
 from .metrics import blame, critical_path, dimensions, experts, inspector_folded, overlap, pipeline, stragglers, waits
 from .metrics import inspector as inspector_metrics
 from .model import TraceSet
 from .rules import NS_PER_MS, NS_PER_US
+from .whatif import counterfactual
+from .whatif import scenarios as whatif
 
 
 @dataclass(frozen=True)
@@ -114,7 +116,7 @@ def analyze(ts: TraceSet, dims: dimensions.Options | None = None, busbw: dict[st
 
     dep = graph.build(ts.gpu, rows, ts.steps, fit.offsets_ns)
     cpath = critical_path.critical_path(dep, ts.steps, fit.offsets_ns)
-    # the verdict is the counterfactual's (analyzer/counterfactual.py); the heuristic roots only where
+    # the verdict is the counterfactual's (analyzer/whatif/counterfactual.py); the heuristic roots only where
     # nothing can be replayed
     prepared = whatif.prepare(dep, ts.steps)
     stage_of = pipe["rank_steps"].select("rank", "stage").unique() if pipe is not None else None

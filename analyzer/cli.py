@@ -48,7 +48,7 @@ def _guard(fn: Callable[[], None]) -> None:
 
 def load_options(rank_map: tuple[str, ...], step_marker: str | None, jobs: int | None, ranks: str | None,
                  no_cache: bool, layout: str | None = None):
-    from .loader import LoadOptions
+    from .ingest.loader import LoadOptions
 
     if step_marker:
         import re
@@ -66,11 +66,11 @@ def start_workers(paths: tuple[Path, ...] | list[Path], jobs: int | None, cache:
     not for inputs read from the cache before (the loader starts it if a rank is not there after all)."""
     if jobs != 1 and (len(paths) > 1 or any(p.is_dir() for p in paths)):
         if cache:
-            from .cachedir import seen
+            from .ingest.cachedir import seen
 
             if seen(paths):
                 return
-        from .workers import prestart
+        from .ingest.workers import prestart
 
         prestart()
 
@@ -187,9 +187,9 @@ def analyze(paths: tuple[Path, ...], fmt: str, output: Path | None, show_steps: 
         if not scheduler:
             start_workers(paths, jobs, not no_cache)
         from .analysis import analyze as run_analysis
-        from .loader import load
+        from .ingest.loader import load
         from .report import render
-        from .whatif import parse_specs
+        from .whatif.scenarios import parse_specs
 
         busbw = parse_specs(whatif_specs)
         opts = load_options(rank_map, step_marker, jobs, ranks, no_cache, layout)
@@ -240,7 +240,7 @@ def dashboard(paths: tuple[Path, ...], host: str, port: int, debug: bool, max_re
         from dashboards.app import serve
 
         from .analysis import analyze as run_analysis
-        from .loader import load
+        from .ingest.loader import load
 
         opts = load_options(rank_map, step_marker, jobs, ranks, no_cache, layout)
         result = run_analysis(load(list(paths), opts), dim_options(layout, layout_order, gpus_per_host))
@@ -317,7 +317,7 @@ def compare(runs: tuple[Path, ...], baseline: str | None, store: str | None, fai
         from .analysis import analyze as run_analysis
         from .compare import compare as compare_runs
         from .errors import UsageError
-        from .loader import load
+        from .ingest.loader import load
         from .report import compare_formats
 
         for label, path in (("BASE", base), ("NEW", new)):
@@ -375,7 +375,7 @@ def history_add(paths: tuple[Path, ...], store: str | None, run_id: str | None, 
         start_workers(paths, jobs, not no_cache)
         from .analysis import analyze as run_analysis
         from .history.record import add
-        from .loader import load
+        from .ingest.loader import load
 
         opts = load_options(rank_map, step_marker, jobs, ranks, no_cache)
         result = run_analysis(load(list(paths), opts), dim_options(layout, layout_order, gpus_per_host))

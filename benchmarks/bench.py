@@ -137,8 +137,8 @@ class _FloorTrace(msgspec.Struct, gc=False):
 
 def floor(path: Path, n: int) -> tuple[float, float, int]:
     """(commscope parse s, msgspec floor s, events) for one file, medians of n."""
+    from analyzer.ingest.loader import read_lean
     from analyzer.ingest.options import ReadOptions
-    from analyzer.loader import read_lean
 
     data = path.read_bytes()
     dec = msgspec.json.Decoder(_FloorTrace)

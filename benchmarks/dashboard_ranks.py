@@ -72,7 +72,7 @@ def main() -> None:
     from playwright.sync_api import sync_playwright
 
     from analyzer.analysis import analyze
-    from analyzer.loader import LoadOptions, load
+    from analyzer.ingest.loader import LoadOptions, load
 
     t = time.perf_counter()
     a = analyze(load([args.path], LoadOptions()))

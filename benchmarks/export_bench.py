@@ -29,7 +29,7 @@ import psutil
 from pathlib import Path
 from analyzer.analysis import analyze
 from analyzer.export import Selection, write_trace
-from analyzer.loader import LoadOptions, load
+from analyzer.ingest.loader import LoadOptions, load
 a = analyze(load([Path(sys.argv[1])], LoadOptions()))
 proc = psutil.Process()
 base = proc.memory_info().rss

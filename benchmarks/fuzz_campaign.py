@@ -64,7 +64,7 @@ class Target:
 
     def bytes_input(self, data: bytes) -> None:
         from analyzer.errors import CommscopeError
-        from analyzer.loader import LoadOptions, load
+        from analyzer.ingest.loader import LoadOptions, load
 
         self.runs += 1
         self.path.write_bytes(data)
@@ -194,7 +194,6 @@ def main() -> int:
     if atheris is not None and not args.plain:
         with atheris.instrument_imports(include=["analyzer"]):
             import analyzer.analysis  # noqa: F401
-            import analyzer.loader  # noqa: F401
     target = Target(work, args.mode, args.timeout)
     print(f"fuzzing {args.mode} from {target.seed} ({target.seed.stat().st_size:,} bytes); findings -> {out}",
           flush=True)

@@ -56,7 +56,7 @@ def add_rows(data: Path, runs: int, pg: str | None) -> list[str]:
     from analyzer.analysis import analyze
     from analyzer.history.record import add
     from analyzer.history.summary import metric_rows
-    from analyzer.loader import LoadOptions, load
+    from analyzer.ingest.loader import LoadOptions, load
     from benchmarks.ranks import generate
 
     path = generate(data / "r1024", 1024, 5)
@@ -98,7 +98,7 @@ def trend_store(target: str, n: int) -> None:
     from analyzer.analysis import analyze
     from analyzer.history.store import Store
     from analyzer.history.summary import metric_rows
-    from analyzer.loader import LoadOptions, load
+    from analyzer.ingest.loader import LoadOptions, load
 
     a = analyze(load([ROOT / "sample_traces" / "gpu_h200" / "hybrid_tp_dp"], LoadOptions()))
     base = metric_rows(a)

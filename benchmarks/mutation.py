@@ -36,10 +36,10 @@ MODULES = (
     "analyzer/metrics/waits.py",
     "analyzer/metrics/stragglers.py",
     "analyzer/metrics/blame.py",
-    "analyzer/match.py",
-    "analyzer/align.py",
-    "analyzer/graph.py",
-    "analyzer/replay.py",
+    "analyzer/crossrank/match.py",
+    "analyzer/crossrank/align.py",
+    "analyzer/crossrank/graph.py",
+    "analyzer/whatif/replay.py",
 )
 # fast, and every number they check has an independent truth (generator, brute force)
 TESTS = (

@@ -26,19 +26,19 @@ TARGETS = {"AR": 2.0, "SE": 3.0, "ST": None}  # seconds, cold (issue #29)
 # (module, function) timed in-process; nested calls are counted in their caller too
 STAGES = [
     ("analyzer.ingest.optable", "read"),
-    ("analyzer.loader", "assemble"),
+    ("analyzer.ingest.loader", "assemble"),
     ("analyzer.metrics.overlap", "coverages"),
-    ("analyzer.match", "instances"),
+    ("analyzer.crossrank.match", "instances"),
     ("analyzer.metrics.waits", "per_row"),
     ("analyzer.metrics.blame", "root_cause"),
     ("analyzer.metrics.stragglers", "ranking"),
     ("analyzer.metrics.stragglers", "roots"),
     ("analyzer.metrics.dimensions", "per_rank"),
     ("analyzer.metrics.pipeline", "analyze"),
-    ("analyzer.graph", "build"),
+    ("analyzer.crossrank.graph", "build"),
     ("analyzer.metrics.critical_path", "critical_path"),
-    ("analyzer.whatif", "analyze"),
-    ("analyzer.counterfactual", "analyze"),  # both models on op tables (commscope's, then the study's)
+    ("analyzer.whatif.scenarios", "analyze"),
+    ("analyzer.whatif.scenarios.counterfactual", "analyze"),  # both models on op tables (commscope's, then the study's)
     ("analyzer.ingest.optable_deps", "dependencies"),
 ]
 
@@ -95,7 +95,7 @@ def stage_rows(names: list[str], runs: int) -> None:
     # callers that imported the function by name hold the unwrapped one: the loader's reader registry and the
     # analysis module bind modules, not functions, so the patches above are what they call
     from analyzer.analysis import analyze
-    from analyzer.loader import LoadOptions, load
+    from analyzer.ingest.loader import LoadOptions, load
     from analyzer.report.json import to_dict
 
     for name in names:

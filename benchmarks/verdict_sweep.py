@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from analyzer.analysis import analyze
-from analyzer.loader import LoadOptions, load
+from analyzer.ingest.loader import LoadOptions, load
 from sample_traces.generate import Scenario, build, write_kineto
 
 

@@ -20,9 +20,10 @@ from pathlib import Path
 
 import polars as pl
 
-from analyzer import align, graph, match, whatif
-from analyzer.loader import LoadOptions, load
+from analyzer.crossrank import align, graph, match
+from analyzer.ingest.loader import LoadOptions, load
 from analyzer.metrics import critical_path, waits
+from analyzer.whatif import scenarios as whatif
 from sample_traces.generate import Scenario, build, write_kineto
 
 

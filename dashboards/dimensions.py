@@ -7,8 +7,8 @@ presented unchanged; Dash is imported lazily so importing this module stays chea
 from __future__ import annotations
 
 from analyzer.analysis import Analysis
-from analyzer.report.views import DIMENSION_COLUMNS as COLUMNS
-from analyzer.report.views import dimension_summary as summary
+from analyzer.views import DIMENSION_COLUMNS as COLUMNS
+from analyzer.views import dimension_summary as summary
 
 GROUP_COLUMNS = (("pg", "pg"), ("desc", "description"), ("size", "size"), ("ranks_text", "ranks"),
                  ("dimension", "dimension"), ("dimension_source", "decided by"), ("intra_node_text", "intra-node"))

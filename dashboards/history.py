@@ -21,8 +21,8 @@ from analyzer.errors import CommscopeError
 from analyzer.history import fingerprint
 from analyzer.history.store import Store
 from analyzer.history.trend import Trend, build
-from analyzer.report.views import num
-from analyzer.report.views import trend_figure as figure
+from analyzer.views import num
+from analyzer.views import trend_figure as figure
 
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:+@/-]{0,199}$")
 SUMMARY_METRICS = ("step_time_ms", "exposed_comm_ms", "exposed_wait_ms", "exposed_transfer_ms", "overlap_pct",
@@ -102,7 +102,7 @@ def run_page(target: str, run_id: str) -> tuple[str, int]:
     if fps and all(fingerprint.unchanged(f) for f in fps):
         try:
             from analyzer.analysis import analyze
-            from analyzer.loader import LoadOptions, load
+            from analyzer.ingest.loader import LoadOptions, load
             from analyzer.report.html import render
 
             return render(analyze(load([Path(f["path"]) for f in fps], LoadOptions()))), 200

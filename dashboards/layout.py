@@ -10,8 +10,8 @@ from dash import dash_table, dcc, html
 from dash.dash_table.Format import Format, Scheme
 
 from analyzer.analysis import Analysis
-from analyzer.report.views import headline
 from analyzer.rules import NS_PER_US
+from analyzer.views import headline
 
 from . import critical, dimensions, export, figures, pipeline, summary
 

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from analyzer import align
 from analyzer.analysis import Analysis
+from analyzer.crossrank import align
 from analyzer.rules import NS_PER_MS
 
 # drawn categories: memset joins memcpy; sync/other stay separate so compute/comm colours stay honest

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from analyzer.analysis import Analysis, analyze
-from analyzer.loader import LoadOptions, load
+from analyzer.ingest.loader import LoadOptions, load
 from analyzer.report.json import to_dict
 
 ROOT = Path(__file__).resolve().parents[1]

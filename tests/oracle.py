@@ -126,7 +126,7 @@ def step_windows(trace: dict) -> dict[int, tuple[int, int]]:
 
 def common_step_windows(files: dict[int, str | Path], offsets_ns: dict[int, int] | None = None
                         ) -> dict[int, dict[int, tuple[int, int]]]:
-    """Step N of a synchronous job on every rank (analyzer/step_sync.py), by brute force: on the true clock
+    """Step N of a synchronous job on every rank (analyzer/crossrank/step_sync.py), by brute force: on the true clock
     (file time minus the rank's offset), from the earliest start of any rank's ProfilerStep#N annotation to the
     earliest start of step N+1 (the last step: the latest end); back on each rank's file clock."""
     own = {r: step_windows(load(p)) for r, p in files.items()}

@@ -6,7 +6,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from analyzer import align
+from analyzer.crossrank import align
 
 
 def _polars_fit(rows: pl.DataFrame, iterations: int = 200) -> tuple[dict[int, float], float]:

@@ -9,7 +9,7 @@ import pytest
 
 from analyzer.analysis import analyze
 from analyzer.ingest import cache
-from analyzer.loader import LoadOptions, load
+from analyzer.ingest.loader import LoadOptions, load
 from analyzer.report.json import to_dict
 
 

@@ -10,8 +10,8 @@ from polars.testing import assert_frame_equal
 
 from analyzer.ingest import cache
 from analyzer.ingest.discover import discover
+from analyzer.ingest.loader import lean_reader
 from analyzer.ingest.options import ReadOptions
-from analyzer.loader import lean_reader
 
 
 def _fill(tmp_path: Path) -> list[Path]:

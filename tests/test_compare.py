@@ -15,7 +15,7 @@ from analyzer import thresholds
 from analyzer.analysis import analyze
 from analyzer.compare import compare, mann_whitney_p
 from analyzer.errors import UsageError
-from analyzer.loader import LoadOptions, load
+from analyzer.ingest.loader import LoadOptions, load
 from sample_traces.generate import Scenario, build, write_kineto
 from tests.helpers import cli
 

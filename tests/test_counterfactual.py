@@ -1,4 +1,4 @@
-"""The counterfactual verdict (analyzer/counterfactual.py): S, attribution, M_W, M_S and roots, against
+"""The counterfactual verdict (analyzer/whatif/counterfactual.py): S, attribution, M_W, M_S and roots, against
 hand-built jobs with answers worked out by hand, generated jobs against their twin without the slow part,
 and the published What-if study (OSDI'25) on its own traces."""
 
@@ -12,9 +12,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from analyzer import counterfactual as cf
-from analyzer import graph
+from analyzer.crossrank import graph
 from analyzer.model import STEP_SCHEMA, conform
+from analyzer.whatif import counterfactual as cf
 from sample_traces.generate import Scenario, build, write_kineto
 from sample_traces.pipeline_job import PipelineScenario, build_pipeline
 from tests.conftest import SAMPLES

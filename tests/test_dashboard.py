@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from analyzer.analysis import analyze
 from analyzer.cli import main
-from analyzer.loader import LoadOptions, load
+from analyzer.ingest.loader import LoadOptions, load
 from analyzer.report.json import to_dict
 from dashboards.app import create_app
 from dashboards.callbacks import collective_rows

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from analyzer.analysis import Analysis, analyze
-from analyzer.loader import LoadOptions, load
+from analyzer.ingest.loader import LoadOptions, load
 from analyzer.report.json import to_dict
 from analyzer.report.verdict import headline
 from dashboards.app import create_app

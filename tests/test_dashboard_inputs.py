@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from analyzer.analysis import analyze
-from analyzer.loader import LoadOptions, load
+from analyzer.ingest.loader import LoadOptions, load
 from dashboards import summary
 from dashboards.app import DEFAULT_MAX_REQUEST_BYTES, create_app
 

@@ -139,7 +139,7 @@ def test_gpus_per_host_splits_bandwidth_by_intra_node(tmp_path: Path) -> None:
     a = run(tmp_path)
     assert set(a.bandwidth["intra_node"].to_list()) == {True}
     from analyzer.analysis import analyze
-    from analyzer.loader import LoadOptions, load
+    from analyzer.ingest.loader import LoadOptions, load
 
     b = analyze(load([tmp_path], LoadOptions(jobs=1, cache=False)), dm.Options(gpus_per_host=2))
     intra = dict(zip(b.process_groups["dimension"], b.process_groups["intra_node"], strict=False))

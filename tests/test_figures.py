@@ -12,7 +12,7 @@ import polars as pl
 import pytest
 
 from analyzer.analysis import analyze
-from analyzer.loader import LoadOptions, load
+from analyzer.ingest.loader import LoadOptions, load
 from analyzer.report.json import to_dict
 from dashboards import figures
 from dashboards import timeline as tl

@@ -7,7 +7,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from analyzer import graph
+from analyzer.crossrank import graph
 from analyzer.metrics import critical_path as cpm
 from analyzer.metrics import waits
 from analyzer.model import GPU_SCHEMA, STEP_SCHEMA, conform

@@ -7,8 +7,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from analyzer import match
-from analyzer.loader import LoadOptions, load
+from analyzer.crossrank import match
+from analyzer.ingest.loader import LoadOptions, load
 from analyzer.metrics import waits
 from sample_traces.generate import Collective, ProcessGroup, Scenario, build, write_kineto
 

@@ -7,7 +7,7 @@ import polars as pl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analyzer.match import _shift_aligned
+from analyzer.crossrank.match import _shift_aligned
 
 SIGS = [("all_reduce", 8), ("all_reduce", 16), ("all_gather", 8)]
 

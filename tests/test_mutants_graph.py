@@ -1,13 +1,13 @@
-"""Hand-built cases for the survivors of mutation testing over analyzer/graph.py (issue #17).
+"""Hand-built cases for the survivors of mutation testing over analyzer/crossrank/graph.py (issue #17).
 
-Every expected value is worked out by hand from the docstrings of ``analyzer.graph``; no frame is built at import
+Every expected value is worked out by hand from the docstrings of ``analyzer.crossrank.graph``; no frame is built at import
 (mutmut forks its workers from the collecting process, and Polars work at import deadlocks them)."""
 
 from __future__ import annotations
 
 import polars as pl
 
-from analyzer import graph
+from analyzer.crossrank import graph
 from analyzer.model import GPU_SCHEMA, STEP_SCHEMA, conform
 
 

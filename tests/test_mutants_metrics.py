@@ -268,7 +268,7 @@ def test_critical_path_through_wait_tail_unmatched_comm_and_a_kernel_crossing_th
     path jumps to C0: rank 1 keeps C1's last 50 ns (after C0 ended) as transfer; C0 40 wait, 60 transfer, 50 idle
     after X; X: 50 compute inside the step (from 100 to 150), nothing before it. The step's tail [900, 1000] is
     rank 1's idle. Rank 0: 50 + 60 + 40 + 50 = 200, rank 1: 480 + 90 + 0 + 130 = 700: the step's 900 ns."""
-    from analyzer import graph
+    from analyzer.crossrank import graph
     from analyzer.metrics import critical_path as cpm
 
     o, p = o1, o0
@@ -288,7 +288,7 @@ def test_critical_path_through_wait_tail_unmatched_comm_and_a_kernel_crossing_th
 
 
 def _cp(gpu: pl.DataFrame, rows: pl.DataFrame, steps: pl.DataFrame) -> list[dict]:
-    from analyzer import graph
+    from analyzer.crossrank import graph
     from analyzer.metrics import critical_path as cpm
 
     cp = cpm.critical_path(graph.build(gpu, rows, steps), steps)

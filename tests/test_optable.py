@@ -9,8 +9,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from analyzer import match
-from analyzer.loader import LoadOptions, load
+from analyzer.crossrank import match
+from analyzer.ingest.loader import LoadOptions, load
 from sample_traces.optable_gen import Job, simulate, write
 
 JOB = Job(dp=2, pp=4, microbatches=6, steps=3, schedule="1f1b", slow_worker=(1, 2, 1.5))

@@ -8,7 +8,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from analyzer.loader import LoadOptions, load
+from analyzer.ingest.loader import LoadOptions, load
 from sample_traces.optable_gen import Job, write
 from tests.helpers import cli
 

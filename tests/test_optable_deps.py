@@ -6,7 +6,7 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from analyzer.loader import LoadOptions, load
+from analyzer.ingest.loader import LoadOptions, load
 from sample_traces.optable_gen import Job, write
 
 JOB = Job(dp=2, pp=4, microbatches=6, steps=2, schedule="1f1b", slow_worker=(1, 2, 1.5))

@@ -9,8 +9,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from analyzer import match
-from analyzer.loader import LoadOptions, load
+from analyzer.crossrank import match
+from analyzer.ingest.loader import LoadOptions, load
 from tests.conftest import SAMPLES
 from tests.helpers import cli
 

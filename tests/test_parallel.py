@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from analyzer.analysis import analyze
-from analyzer.loader import LoadOptions, load
+from analyzer.ingest.loader import LoadOptions, load
 from analyzer.report.json import to_dict
 
 
@@ -37,7 +37,7 @@ def test_recycled_workers_equal_serial(traces: Path, monkeypatch: pytest.MonkeyP
     """Big tasks get a fresh worker each (Python >= 3.11); here every task counts as big."""
     import sys
 
-    from analyzer import loader
+    from analyzer.ingest import loader
     from analyzer.ingest.discover import discover
 
     monkeypatch.setattr(loader, "_RECYCLE_BYTES", 0)
@@ -76,8 +76,8 @@ def test_dask_path_equals_serial(traces: Path) -> None:
 
 def test_dask_unreachable_scheduler_is_a_usage_error(traces: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("distributed")
-    from analyzer import scaleout
     from analyzer.errors import UsageError
+    from analyzer.ingest import scaleout
 
     monkeypatch.setattr(scaleout, "CONNECT_TIMEOUT", "2s")
     with pytest.raises(UsageError):

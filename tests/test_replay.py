@@ -9,11 +9,13 @@ import numpy as np
 import polars as pl
 import pytest
 
-from analyzer import graph, replay, whatif
 from analyzer.analysis import analyze
 from analyzer.compare import compare
+from analyzer.crossrank import graph
 from analyzer.model import STEP_SCHEMA, conform
 from analyzer.report.json import to_dict
+from analyzer.whatif import replay
+from analyzer.whatif import scenarios as whatif
 from sample_traces.generate import Collective, Scenario, build, write_kineto
 from tests.conftest import SAMPLES, SHARED
 from tests.helpers import cli, run
@@ -188,7 +190,7 @@ def test_replay_reproduces_real_step_times(folder: Path) -> None:
     own = a.traces.steps.with_columns(((pl.col("end_ns") - pl.col("start_ns")) / 1e6).alias("span_ms"))
     assert w.measured_step_time_ns / 1e6 == pytest.approx(
         own.group_by("step").agg(pl.col("span_ms").max())["span_ms"].mean(), rel=1e-9)
-    # the reported steps are one interval per step on every rank (analyzer/step_sync.py), within 7% of it
+    # the reported steps are one interval per step on every rank (analyzer/crossrank/step_sync.py), within 7% of it
     assert a.steps.group_by("step").agg(pl.col("span_ms").n_unique())["span_ms"].max() == 1
     assert a.steps["span_ms"].mean() == pytest.approx(w.measured_step_time_ns / 1e6, rel=0.07)
 
@@ -413,7 +415,7 @@ def _random_job(rng: np.random.Generator) -> tuple[pl.DataFrame, pl.DataFrame]:
 
 
 def _oracle(g: graph.Graph, mods: replay.Mods, s: int) -> tuple[np.ndarray, np.ndarray]:
-    """The replay's definition (module doc of analyzer/replay.py), one operation at a time in plain Python."""
+    """The replay's definition (module doc of analyzer/whatif/replay.py), one operation at a time in plain Python."""
     nodes = g.nodes.to_dicts()
     members: dict[int, list[int]] = {}
     for x in nodes:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from analyzer import collectives, graph, match
+from analyzer.crossrank import collectives, graph, match
 from analyzer.metrics import blame, waits
 from analyzer.model import COLLECTIVE_SCHEMA, COMM_CALL_SCHEMA, CPU_SCHEMA, GPU_SCHEMA, STEP_SCHEMA, conform
 
@@ -145,7 +145,7 @@ def test_the_graph_joins_each_kernel_to_its_own_gate() -> None:
 def _replayed(rows: pl.DataFrame, earlier: dict[tuple[int, int], int]) -> dict[tuple[int, int], tuple[int, int]]:
     """Replay the ring with the kernels keyed (rank, start) starting ``earlier`` ns sooner (their gap cut);
     returns each kernel's replayed (start, end)."""
-    from analyzer import replay
+    from analyzer.whatif import replay
 
     gpu = conform(rows.select("rank", "stream", "start_ns", "end_ns", "name", pl.lit("comm").alias("kind")),
                   GPU_SCHEMA)

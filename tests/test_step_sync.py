@@ -1,4 +1,4 @@
-"""Steps of a synchronous job span the same time on every rank (analyzer/step_sync.py), on every real capture."""
+"""Steps of a synchronous job span the same time on every rank (analyzer/crossrank/step_sync.py), on every real capture."""
 
 from __future__ import annotations
 

@@ -58,7 +58,7 @@ def test_untiled_partial_annotations_would_lose_the_wait(tmp_path: Path) -> None
     """Why tiling matters: inside the 15% windows almost no communication happens."""
     _write(tmp_path, cover=0.15)
     a = run(tmp_path)
-    from analyzer.coverage import Coverage
+    from analyzer.metrics.coverage import Coverage
 
     ts = a.traces
     comm = ts.gpu.filter(pl.col("kind") == "comm")

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from analyzer.analysis import analyze
-from analyzer.loader import LoadOptions, load
+from analyzer.ingest.loader import LoadOptions, load
 from analyzer.report.json import to_dict
 from dashboards import figures, summary
 

@@ -33,7 +33,7 @@ def test_exposed_and_comm_match_brute_force_per_rank_and_step(tmp_path: Path) ->
         assert row["idle_ms"] == pytest.approx(ref.whole.idle_ns / 1e6, abs=1e-6)
         steps = {s["step"]: s for s in rep["steps"] if s["rank"] == ref.rank}
         assert set(steps) == set(ref.steps)
-        for n in ref.steps:  # each step is one interval on every rank (analyzer/step_sync.py)
+        for n in ref.steps:  # each step is one interval on every rank (analyzer/crossrank/step_sync.py)
             b = oracle.breakdown(events, common[ref.rank][n])
             assert steps[n]["exposed_comm_ms"] == pytest.approx(b.exposed_ns / 1e6, abs=1e-6)
             assert steps[n]["span_ms"] == pytest.approx(b.span_ns / 1e6, abs=1e-6)

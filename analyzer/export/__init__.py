@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import IO
 
 from ..analysis import Analysis
-from ..loader import LoadOptions
+from ..ingest.loader import LoadOptions
 from .selection import Selection, parse_list, parse_window
 from .tables import MAX_LANES, plan
 
@@ -56,7 +56,7 @@ def run_export(paths: list[Path], output: Path, fmt: str | None, opts: LoadOptio
     """
     fmt = fmt or ("json" if output.suffix == ".json" else "pftrace")
     from ..analysis import analyze
-    from ..loader import load
+    from ..ingest.loader import load
 
     sel = Selection(ranks=parse_list(ranks, "ranks"), steps=parse_list(steps, "steps"), window_ms=parse_window(window),
                     host=host)

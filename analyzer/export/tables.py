@@ -18,8 +18,8 @@ from dataclasses import dataclass
 import polars as pl
 import polars.selectors as cs
 
-from .. import align
 from ..analysis import Analysis
+from ..crossrank import align
 from ..errors import UsageError
 from ..rules import NS_PER_MS, NS_PER_US
 from .selection import Selection

@@ -25,9 +25,9 @@ from pathlib import Path
 import msgspec
 import polars as pl
 
-from ..cachedir import cache_dir
 from ..model import ProcessGroup, RankMeta, RankTrace
 from . import Reader, reader_for
+from .cachedir import cache_dir
 from .discover import TraceFile
 from .options import ReadOptions
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from ..collectives import bus_factor_expr
+from ..crossrank.collectives import bus_factor_expr
 from ..rules import NS_PER_MS
 
 SKETCH_CAP = 512  # distinct values a key keeps exactly

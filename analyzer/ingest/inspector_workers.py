@@ -73,7 +73,7 @@ class Workers:
     """Blocks decoded by ``jobs`` worker processes, each owning every ``jobs``-th file."""
 
     def __init__(self, files: list[Path], block_bytes: int, jobs: int) -> None:
-        from ..workers import no_main_reimport, worker_context
+        from .workers import no_main_reimport, worker_context
 
         ctx = worker_context()
         self.jobs = jobs

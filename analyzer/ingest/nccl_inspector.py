@@ -66,7 +66,7 @@ def read(files: list[Path], jobs: int | None = None) -> TraceSet:
         return assemble([read_file(p) for p in files])
     from concurrent.futures import ProcessPoolExecutor
 
-    from ..workers import no_main_reimport, worker_context
+    from .workers import no_main_reimport, worker_context
 
     with no_main_reimport(), ProcessPoolExecutor(max_workers=jobs, mp_context=worker_context()) as pool:
         parsed = list(pool.map(read_file, files, chunksize=max(1, len(files) // (4 * jobs))))

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from ..graph import Graph
+from ..crossrank.graph import Graph
 
 FIELDS = ("compute_ns", "exposed_transfer_ns", "wait_ns", "host_idle_ns")
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from ..collectives import bus_factor_expr
+from ..crossrank.collectives import bus_factor_expr
 from ..errors import UsageError
 from ..rules import NS_PER_MS, P2P_OPS
 from ..timeline import union

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from ..coverage import Coverage, RankAxis
+from .coverage import Coverage, RankAxis
 
 
 @dataclass(frozen=True)

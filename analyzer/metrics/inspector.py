@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from ..collectives import bus_factor_expr
+from ..crossrank.collectives import bus_factor_expr
 from ..model import InspectorLog
 from ..rules import NS_PER_MS
 

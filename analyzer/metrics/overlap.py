@@ -12,8 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from ..coverage import RankAxis, RankedCoverage
 from ..timeline import BUSY_KINDS
+from .coverage import RankAxis, RankedCoverage
 
 
 @dataclass(frozen=True)

@@ -61,7 +61,7 @@ class Verdict:
     instances_last: int
     effect: float  # its costliest late arrival per step / the step's median instance (inf: nobody else late)
     chain: tuple[ChainLink, ...] = ()
-    # decided by the counterfactual (analyzer/counterfactual.py): what making it ideal saves, what its put-back adds
+    # decided by the counterfactual (analyzer/whatif/counterfactual.py): what making it ideal saves, what its put-back adds
     saving_ns: float | None = None
     saving_pct: float | None = None
     added_ns: float | None = None

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from ..coverage import Coverage
+from .coverage import Coverage
 from .overlap import RankCoverage
 
 

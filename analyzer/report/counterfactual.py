@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 
 from ..analysis import Analysis
-from ..counterfactual import AXES, Counterfactual, deciding
 from ..rules import NS_PER_MS
+from ..whatif.counterfactual import AXES, Counterfactual, deciding
 
 
 def _num(x: float | None) -> float | None:

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import polars as pl
 
-from .model import COLLECTIVE_SCHEMA, ProcessGroup, conform
-from .rules import BUS_FACTOR_ONCE, BUS_FACTOR_TWICE, DIRECTED_P2P_OPS
-from .timeline import launches, op_from_kernel_name
+from ..model import COLLECTIVE_SCHEMA, ProcessGroup, conform
+from ..rules import BUS_FACTOR_ONCE, BUS_FACTOR_TWICE, DIRECTED_P2P_OPS
+from ..timeline import launches, op_from_kernel_name
 
 
 # nccl-tests bus-bandwidth factors (the table is rules.BUS_FACTOR_*): busbw = algbw * factor(op, n)

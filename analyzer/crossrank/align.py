@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from .rules import BLOCKING_OPS
+from ..rules import BLOCKING_OPS
 
 
 @dataclass(frozen=True)

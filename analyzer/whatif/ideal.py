@@ -1,4 +1,4 @@
-"""The ideal run of the counterfactual verdict (analyzer/counterfactual.py): roles, and the changes that take the
+"""The ideal run of the counterfactual verdict (analyzer/whatif/counterfactual.py): roles, and the changes that take the
 measured run to its ideal, in commscope's model (:func:`ideal`) and in the published What-if study's
 (:func:`ideal_study`, with :func:`steps_apart`: every step replayed on its own from its measured start).
 """
@@ -11,8 +11,8 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
+from ..crossrank.graph import Graph
 from . import replay
-from .graph import Graph
 
 WORK_KINDS = ("compute", "memcpy", "memset", "other")
 SPMD_DIMS = {"world", "dp", "fsdp", "ep"}  # groups of ranks that run the same program

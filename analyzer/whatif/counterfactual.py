@@ -43,8 +43,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
+from ..crossrank.graph import Graph
 from . import replay
-from .graph import Graph
 from .ideal import Ideal, Roles, declared, ideal, ideal_study, roles, steps_apart, study_steps
 
 __all__ = ["AXES", "Counterfactual", "Ideal", "Roles", "Root", "analyze", "deciding", "ideal", "ideal_study",

@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import Path
 
-from .errors import UsageError
-from .model import RankTrace
-from .ranklist import compact
+from ..errors import UsageError
+from ..model import RankTrace
+from ..ranklist import compact
 
 MAX_START_SPREAD_NS = 86_400 * 10**9  # ranks of one job start within seconds; a day apart is another job
 _HINT = "analyze each job's ranks on their own"

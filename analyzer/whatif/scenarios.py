@@ -2,7 +2,7 @@
 
 Scenarios (each a row of changes to durations, gaps, transfers, or hidden communication):
 - ``no_straggler``: the verdict's rank made ideal, everything else as measured. With the counterfactual's
-  ideal run (``ideal``, analyzer/counterfactual.py: each operation at its role's typical duration and gap,
+  ideal run (``ideal``, analyzer/whatif/counterfactual.py: each operation at its role's typical duration and gap,
   never above measured) that is its operations and gaps at their ideal values; without one (no counterfactual),
   its compute beyond its peers' median for the same operation (compute straggler; work its peers do not run
   is all extra), its host gap beyond theirs (host straggler), or both (unknown kind).
@@ -30,11 +30,11 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
+from ..crossrank.collectives import bus_factor_expr
+from ..crossrank.graph import Graph
+from ..errors import UsageError
 from . import counterfactual, replay
-from .collectives import bus_factor_expr
-from .errors import UsageError
 from .expert_balance import expert_changes
-from .graph import Graph
 
 MAX_RANKS = 32  # per-rank scenarios replayed (ranks with the most to gain)
 ERROR_WARN_PCT = 5.0

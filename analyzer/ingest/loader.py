@@ -17,16 +17,9 @@ from pathlib import Path
 
 import polars as pl
 
-from . import collectives
-from .consistency import check_job
-from .errors import CommscopeError, TraceError, UsageError
-from .hygiene import drop_invalid_gpu
-from .ingest import ReadOptions
-from .ingest.discover import TraceFile, discover_all
-from .ingest.lean import lean_reader, read_lean  # tests/test_cache_batch.py and benchmarks/bench.py import them from here
-from .ingest.limits import DEFAULT as DEFAULT_LIMITS
-from .ingest.limits import Limits
-from .model import (
+from ..crossrank import collectives
+from ..errors import CommscopeError, TraceError, UsageError
+from ..model import (
     COLLECTIVE_SCHEMA,
     COMM_CALL_SCHEMA,
     CPU_SCHEMA,
@@ -38,9 +31,16 @@ from .model import (
     TraceSet,
     conform,
 )
-from .ranklist import compact
+from ..ranklist import compact
+from ..timeline import MIN_STEP_COVERAGE, gpu_step_windows, host_step_windows, step_coverage, tile_steps
+from . import ReadOptions
+from .consistency import check_job
+from .discover import TraceFile, discover_all
+from .hygiene import drop_invalid_gpu
+from .lean import lean_reader, read_lean
+from .limits import DEFAULT as DEFAULT_LIMITS
+from .limits import Limits
 from .sanity import check_gpu
-from .timeline import MIN_STEP_COVERAGE, gpu_step_windows, host_step_windows, step_coverage, tile_steps
 from .workers import no_main_reimport, prestart, worker_context
 
 
@@ -64,7 +64,7 @@ def read_one(tf: TraceFile, opts: ReadOptions, use_cache: bool = True) -> list[R
     """Read one file; a user-fixable problem becomes a Skipped entry (picklable for workers)."""
     try:
         if use_cache and tf.format not in UNCACHED:
-            from .ingest.cache import cached_read
+            from .cache import cached_read
 
             return cached_read(tf, opts, lean_reader(tf.format))
         return read_lean(tf.path, opts, tf.format)
@@ -89,7 +89,7 @@ def _read_in_worker(tf: TraceFile, opts: ReadOptions, use_cache: bool,
         os.environ["COMMSCOPE_CACHE_DIR"] = cache_root
     res = read_one(tf, opts, use_cache)
     if use_cache and not isinstance(res, Skipped):
-        from .ingest.cache import entry_dir
+        from .cache import entry_dir
 
         try:
             folder = entry_dir(tf, opts)
@@ -108,7 +108,7 @@ def _read_chunk_in_worker(tfs: list[TraceFile], opts: list[ReadOptions], use_cac
         return [_read_in_worker(tf, o, use_cache, cache_root) for tf, o in zip(tfs, opts)]
     if cache_root is not None:
         os.environ["COMMSCOPE_CACHE_DIR"] = cache_root
-    from .ingest.cache import entry_dir, store_many
+    from .cache import entry_dir, store_many
 
     res: list[list[RankTrace] | Skipped | _Stored] = [read_one(tf, o, use_cache=False) for tf, o in zip(tfs, opts)]
     try:
@@ -169,7 +169,7 @@ def _recycled(sizes: dict[int, int]) -> dict[str, int]:
 
 def _from_workers(stored: list[_Stored]) -> list[list[RankTrace] | None]:
     """The cache entries the workers wrote, read together (None where one has gone meanwhile)."""
-    from .ingest.cache import load_entries
+    from .cache import load_entries
 
     return load_entries([Path(s.folder) for s in stored])
 
@@ -181,7 +181,7 @@ def load(paths: list[Path], options: LoadOptions | None = None) -> TraceSet:
         raise UsageError(f"{dumps[0].path} is a Flight Recorder dump: `commscope analyze` and `commscope dashboard` "
                          "triage hangs from dumps; this command needs profiler traces")
     if any(f.format == "nccl_inspector" for f in files):  # one job's logs are read together (ranks span files)
-        from .ingest.nccl_inspector import load_logs
+        from .nccl_inspector import load_logs
 
         return load_logs(files, options.ranks, options.jobs)
     results = [*set_aside, *_read_all(files, options)]
@@ -242,7 +242,7 @@ def _read_all(files: list[TraceFile], options: LoadOptions) -> list[list[RankTra
         if options.cache:
             # cache hits are read together, one Parquet read per table for all of them; a worker would
             # cost more in start-up and pickling
-            from .ingest.cache import entry_dir, load_entries
+            from .cache import entry_dir, load_entries
 
             folders: dict[int, Path] = {}
             for i in todo:
@@ -272,7 +272,7 @@ def _read_all(files: list[TraceFile], options: LoadOptions) -> list[list[RankTra
         # the script stays hidden until the pool has shut down: a recycled worker can be replaced late
         with no_main_reimport(), ProcessPoolExecutor(max_workers=min(jobs, len(chunks)), mp_context=ctx,
                                                      **_recycled(sizes)) as pool:
-            from .ingest.cache import cache_dir
+            from .cache import cache_dir
 
             root = str(cache_dir())
             futures = {pool.submit(_read_chunk_in_worker, [files[i] for i in c], [opts[i] for i in c],

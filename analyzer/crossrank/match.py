@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from .rules import DIRECTED_P2P_OPS as _DIRECTED
-from .rules import P2P_OPS
+from ..rules import DIRECTED_P2P_OPS as _DIRECTED
+from ..rules import P2P_OPS
 
 
 def is_p2p() -> pl.Expr:

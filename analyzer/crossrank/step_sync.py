@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import polars as pl
 
+from ..rules import NS_PER_MS
 from .align import ClockFit
-from .rules import NS_PER_MS
 
 DIFFERED_PCT = 5.0  # say so when the ranks' own mean step spans differed by more than this
 

@@ -36,8 +36,8 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from .graph import Graph
-from .rules import P2P_OPS
+from ..crossrank.graph import Graph
+from ..rules import P2P_OPS
 
 LIST_WIDTH = 4  # successors / ends per key kept in a padded table; longer lists are read as ranges
 CELLS = 5_000_000  # scenario x node cells per replay batch (memory bound: ~9 float arrays of this size)

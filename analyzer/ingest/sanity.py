@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from .ranklist import compact
-from .rules import NS_PER_MS
+from ..ranklist import compact
+from ..rules import NS_PER_MS
 
 # how much longer than the rest of its rank's capture an event may be: a kernel launched before the profiler started
 # can outlast the events around it; one that outlasts them by over a second (a dur of 1e15 us) is a broken record

@@ -13,18 +13,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from .errors import CommscopeError, UsageError
-from .ingest.discover import TraceFile
-from .ingest.options import ReadOptions
-from .model import RankTrace, Skipped
+from ..errors import CommscopeError, UsageError
+from ..model import RankTrace, Skipped
+from .discover import TraceFile
+from .options import ReadOptions
 
 CONNECT_TIMEOUT = "30s"
 
 
 def parse_to_cache(tf: TraceFile, opts: ReadOptions) -> str | Skipped:
     """Worker side: the cache entry folder of ``tf`` (parsed now unless cached), or why it was skipped."""
-    from .ingest.cache import ensure_entry
-    from .ingest.lean import lean_reader
+    from .cache import ensure_entry
+    from .lean import lean_reader
 
     try:
         return str(ensure_entry(tf, opts, lean_reader(tf.format)))
@@ -40,7 +40,7 @@ def read_on_cluster(files: list[TraceFile], opts: list[ReadOptions], address: st
         from distributed import Client, as_completed
     except ImportError:
         raise UsageError("--scheduler needs Dask: pip install 'dask[distributed]'") from None
-    from .ingest.cache import load_entries
+    from .cache import load_entries
 
     try:
         client = Client(address, timeout=CONNECT_TIMEOUT)

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from .model import RankTrace, Skipped
+from ..model import RankTrace, Skipped
 
 PROBLEM = "negative, missing or non-finite ts/dur"
 

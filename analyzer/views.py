@@ -15,16 +15,16 @@ definition here later changes no importer.
 
 from __future__ import annotations
 
-from .dimensions import COLUMNS as DIMENSION_COLUMNS
-from .dimensions import summary as dimension_summary
-from .hang import headline as hang_headline
-from .hang import ranks_text
-from .hang_grid import grid_cells, grid_figure
-from .trend_html import figure as trend_figure
-from .trend_text import num
-from .verdict import chain_text, headline
-from .whatif import critical_path_records, whatif_dict
-from .whatif import sentence as whatif_sentence
+from .report.dimensions import COLUMNS as DIMENSION_COLUMNS
+from .report.dimensions import summary as dimension_summary
+from .report.hang import headline as hang_headline
+from .report.hang import ranks_text
+from .report.hang_grid import grid_cells, grid_figure
+from .report.trend_html import figure as trend_figure
+from .report.trend_text import num
+from .report.verdict import chain_text, headline
+from .report.whatif import critical_path_records, whatif_dict
+from .report.whatif import sentence as whatif_sentence
 
 __all__ = [
     "DIMENSION_COLUMNS", "chain_text", "critical_path_records", "dimension_summary", "grid_cells", "grid_figure",

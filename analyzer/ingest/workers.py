@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 # what a worker's first rank imports otherwise, each worker on its own: the cache writer, and pyarrow.compute
 # (Arrow's UTF-8 check of the block path; 26 ms, with pydoc). Preloaded: a 50 MB rank's first read 0.28 -> 0.25 s
-_PRELOAD = ["analyzer.loader", "analyzer.ingest.kineto", "analyzer.ingest.nsys", "analyzer.ingest.cache",
+_PRELOAD = ["analyzer.ingest.loader", "analyzer.ingest.kineto", "analyzer.ingest.nsys", "analyzer.ingest.cache",
             "pyarrow.compute"]
 
 

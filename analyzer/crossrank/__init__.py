@@ -1,0 +1,1 @@
+"""Cross-rank stage: match instances across ranks, align clocks, read collective metadata, build the graph."""

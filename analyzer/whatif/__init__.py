@@ -1,0 +1,1 @@
+"""What-if stage: replay on the graph, the ideal run, the counterfactual verdict and its attribution, scenarios."""
