@@ -74,5 +74,5 @@ def test_a_script_without_a_main_guard_can_use_worker_processes(tmp_path: Path) 
 def test_a_script_without_a_main_guard_with_recycled_workers(tmp_path: Path) -> None:
     # every task in a fresh worker (as for big files): a worker replaced while the pool shuts down must not
     # re-run the script either (it did: tracebacks on stderr from a late replacement, the result still right)
-    out = _unguarded_script(tmp_path, "analyzer.ingest.loader._RECYCLE_BYTES = 0\nanalyzer.loader._CHUNK_FILES = 1\n")
+    out = _unguarded_script(tmp_path, "analyzer.ingest.loader._RECYCLE_BYTES = 0\nanalyzer.ingest.loader._CHUNK_FILES = 1\n")
     assert "Traceback" not in out.stderr, out.stderr[-2000:]
