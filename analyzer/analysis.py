@@ -37,7 +37,7 @@ class Analysis:
     dimensions: pl.DataFrame | None = None  # per (rank, dimension) (ms)
     pipeline: dict | None = None  # per pipeline stage: bubbles, recv waits (metrics.pipeline.analyze)
     experts: dict | None = None  # all-to-all(v) bytes per peer and imbalance (metrics.experts.analyze)
-    graph: graph.Graph | None = None  # cross-rank dependency graph (blame, critical path, replay read it)
+    graph: graph.Graph | None = None  # cross-rank dependency graph and its clock (critical path, replay, timelines)
     critical_path: pl.DataFrame | None = None  # step, rank, compute/exposed_transfer/wait/host_idle (ns)
     whatif: whatif.WhatIf | None = None  # replay and what-if scenarios
     kernels: pl.DataFrame | None = None  # waits.per_row: every comm kernel, its instance, wait_ns, transfer_ns (export)
@@ -60,8 +60,8 @@ def analyze(ts: TraceSet, dims: dimensions.Options | None = None, busbw: dict[st
 
     inst = match.instances(ts.collectives)
     fit = align.fit_offsets(inst, ranks)
-    # the graph right after the fit: its clock is the one place offsets are applied, and everything below that
-    # needs the aligned clock reads it from there
+    # the graph right after the fit (and the per-kernel waits it carries, which need the aligned clock for ring
+    # hops): its clock is the one place offsets are applied; everything below that needs aligned times reads it
     clock = graph.Clock.of(fit)
     aligned = clock.to_reference(inst.select("rank", "start_ns", "end_ns"))
     rows = waits.per_row(inst, aligned["start_ns"], aligned["end_ns"])
