@@ -37,7 +37,7 @@ class Analysis:
     dimensions: pl.DataFrame | None = None  # per (rank, dimension) (ms)
     pipeline: dict | None = None  # per pipeline stage: bubbles, recv waits (metrics.pipeline.analyze)
     experts: dict | None = None  # all-to-all(v) bytes per peer and imbalance (metrics.experts.analyze)
-    graph: graph.Graph | None = None  # cross-rank dependency graph (blame, critical path, replay read it)
+    graph: graph.Graph | None = None  # cross-rank dependency graph and its clock (critical path, replay, timelines)
     critical_path: pl.DataFrame | None = None  # step, rank, compute/exposed_transfer/wait/host_idle (ns)
     whatif: whatif.WhatIf | None = None  # replay and what-if scenarios
     kernels: pl.DataFrame | None = None  # waits.per_row: every comm kernel, its instance, wait_ns, transfer_ns (export)
@@ -60,17 +60,21 @@ def analyze(ts: TraceSet, dims: dimensions.Options | None = None, busbw: dict[st
 
     inst = match.instances(ts.collectives)
     fit = align.fit_offsets(inst, ranks)
+    # the graph right after the fit (and the per-kernel waits it carries, which need the aligned clock for ring
+    # hops): its clock is the one place offsets are applied; everything below that needs aligned times reads it
+    clock = graph.Clock.of(fit)
+    aligned = clock.to_reference(inst.select("rank", "start_ns", "end_ns"))
+    rows = waits.per_row(inst, aligned["start_ns"], aligned["end_ns"])
+    dep = graph.build(ts.gpu, rows, ts.steps, clock)
     linked = inst.filter(pl.col("instance").is_not_null())["rank"].unique().to_list()
     # reported steps: one interval per step on every rank (step_sync); the graph, replay and pipeline keep each
     # rank's own windows, which place its operations in steps by launch
-    synced, differed = step_sync.common_windows(ts.steps, fit, linked)
+    synced, differed = step_sync.common_windows(dep, linked)
     if differed:
         warnings.append(differed)
     per_step = overlap.step_breakdown(synced, covs)
     own_windows = ts.steps.filter(pl.col("rank").is_in(per_step["rank"].unique().implode())).select(
         "rank", "step", "start_ns", "end_ns")
-    aligned = align.apply(inst.select("rank", "start_ns", "end_ns"), fit)
-    rows = waits.per_row(inst, aligned["start_ns"], aligned["end_ns"])
     matched = waits.matched(rows)
     hops = waits.ring_hops(matched)
     if hops:
@@ -109,13 +113,10 @@ def analyze(ts: TraceSet, dims: dimensions.Options | None = None, busbw: dict[st
     if step_windows.height == 0:  # no step markers: the whole window is one step
         step_windows = totals.select("rank", pl.lit(-1, dtype=pl.Int64).alias("step"), pl.col("window_start_ns").alias(
             "start_ns"), (pl.col("window_start_ns") + pl.col("span_ns")).alias("end_ns"))
-    offsets = pl.DataFrame({"rank": list(fit.offsets_ns), "off_ns": list(fit.offsets_ns.values())},
-                           schema={"rank": pl.Int32, "off_ns": pl.Float64})
-    pipe = pipeline.analyze(drows, ts.gpu, step_windows, offsets,
+    pipe = pipeline.analyze(drows, ts.gpu, step_windows, dep.clock,
                             dims.layout.stage(pl.col("rank")) if dims.layout else None)
 
-    dep = graph.build(ts.gpu, rows, ts.steps, fit.offsets_ns)
-    cpath = critical_path.critical_path(dep, ts.steps, fit.offsets_ns)
+    cpath = critical_path.critical_path(dep)
     # the verdict is the counterfactual's (analyzer/whatif/counterfactual.py); the heuristic roots only where
     # nothing can be replayed
     prepared = whatif.prepare(dep, ts.steps)

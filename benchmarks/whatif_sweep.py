@@ -36,14 +36,15 @@ def _step_time(sc: Scenario, straggler: tuple[int, str] | None) -> tuple[float, 
         shutil.rmtree(folder, ignore_errors=True)
     inst = match.instances(ts.collectives)
     fit = align.fit_offsets(inst, ts.rank_ids)
-    aligned = align.apply(inst.select("rank", "start_ns", "end_ns"), fit)
+    clock = graph.Clock.of(fit)
+    aligned = clock.to_reference(inst.select("rank", "start_ns", "end_ns"))
     rows = waits.per_row(inst, aligned["start_ns"], aligned["end_ns"])
     t = {}
     t0 = time.perf_counter()
-    g = graph.build(ts.gpu, rows, ts.steps, fit.offsets_ns)
+    g = graph.build(ts.gpu, rows, ts.steps, clock)
     t["graph_s"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    critical_path.critical_path(g, ts.steps, fit.offsets_ns)
+    critical_path.critical_path(g)
     t["critical_path_s"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     w = whatif.analyze(g, ts.steps, straggler)

@@ -30,16 +30,14 @@ def schedule_rows(a: Analysis, step: int | None = None) -> tuple[pl.DataFrame, p
     first_chain = rs["chain"].min()
     win = rs.filter((pl.col("step") == step) & (pl.col("chain") == first_chain))
     win = win.select("rank", "stage", "start_ns", "end_ns")
-    off = pl.DataFrame({"rank": list(a.clock.offsets_ns), "_off": list(a.clock.offsets_ns.values())},
-                       schema={"rank": pl.Int32, "_off": pl.Float64})
-    t0 = win.join(off, on="rank", how="left").select((pl.col("start_ns") - pl.col("_off").fill_null(0)).min()).item()
+    clock = a.graph.clock  # the one place offsets are applied
+    t0 = clock.to_reference(win)["start_ns"].min()
 
     def clip(df: pl.DataFrame) -> pl.DataFrame:
-        return (df.join(win, on="rank", suffix="_w").filter((pl.col("start_ns") < pl.col("end_ns_w"))
-                                                            & (pl.col("end_ns") > pl.col("start_ns_w")))
-                .join(off, on="rank", how="left").with_columns(pl.col("_off").fill_null(0))
-                .with_columns(*[((pl.col(c) - pl.col("_off") - t0) / NS_PER_MS).alias(c.replace("_ns", "_ms"))
-                                for c in ("start_ns", "end_ns")]))
+        kept = df.join(win, on="rank", suffix="_w").filter((pl.col("start_ns") < pl.col("end_ns_w"))
+                                                           & (pl.col("end_ns") > pl.col("start_ns_w")))
+        return clock.to_reference(kept, prefix="a_").with_columns(
+            *[((pl.col("a_" + c) - t0) / NS_PER_MS).alias(c.replace("_ns", "_ms")) for c in ("start_ns", "end_ns")])
 
     tr = clip(p["transfers"].with_columns(
         pl.col("instance").str.extract(r"\|k(\d+)$", 1).cast(pl.Int64).alias("mb")))

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 import polars as pl
 
 from analyzer.analysis import Analysis
-from analyzer.crossrank import align
 from analyzer.rules import NS_PER_MS
 
 # drawn categories: memset joins memcpy; sync/other stay separate so compute/comm colours stay honest
@@ -23,7 +22,7 @@ KIND_ORDER = ("compute", "comm", "memcpy", "other")
 
 @dataclass(frozen=True)
 class Prepared:
-    """The aligned GPU table once per Analysis (the alignment join is the costly part on big traces)."""
+    """The aligned GPU table once per Analysis (aligning a big trace's kernels is the costly part)."""
 
     gpu: pl.DataFrame  # rank, stream, start_ns, end_ns, name, group (aligned, origin-relative ns)
     origin_ns: int  # absolute aligned time of x = 0
@@ -38,15 +37,17 @@ def prepare(a: Analysis) -> Prepared:
     for cached, prep in _CACHE:
         if cached is a:
             return prep
-    gpu = align.apply(a.traces.gpu.select("rank", "stream", "start_ns", "end_ns", "name", "kind"), a.clock)
+    # the graph's clock (the one place offsets are applied) and its step windows, already aligned
+    g = a.graph
+    gpu = g.clock.to_reference(a.traces.gpu.select("rank", "stream", "start_ns", "end_ns", "name", "kind"))
     origin = int(gpu["start_ns"].min()) if gpu.height else 0
     gpu = gpu.with_columns(
         (pl.col("start_ns") - origin).alias("start_ns"),
         (pl.col("end_ns") - origin).alias("end_ns"),
         pl.col("kind").replace_strict(KIND_GROUP, default="other").alias("group"),
     ).drop("kind").sort("rank", "start_ns")
-    steps = align.apply(a.traces.steps.select("rank", "step", "start_ns", "end_ns"), a.clock).with_columns(
-        (pl.col("start_ns") - origin).alias("start_ns"), (pl.col("end_ns") - origin).alias("end_ns"))
+    steps = g.steps.select("rank", "step", (pl.col("a_start_ns") - origin).alias("start_ns"),
+                           (pl.col("a_end_ns") - origin).alias("end_ns"))
     prep = Prepared(gpu=gpu, origin_ns=origin, steps=steps, ranks=tuple(int(r) for r in a.source["ranks"]))
     _CACHE.insert(0, (a, prep))
     del _CACHE[4:]  # a dashboard serves one analysis; tests build a few

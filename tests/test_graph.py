@@ -67,7 +67,7 @@ def test_hand_built_predecessors_gaps_and_instance() -> None:
 def test_hand_built_critical_path_jumps_to_the_last_arriver() -> None:
     gpu, rows, steps = hand()
     g = graph.build(gpu, rows, steps)
-    cp = {r["rank"]: r for r in cpm.critical_path(g, steps).to_dicts()}
+    cp = {r["rank"]: r for r in cpm.critical_path(g).to_dicts()}
     # the step ends with D on rank 0 (400); D <- collective, whose last arriver is rank 1: C1 (100 transfer) <- B
     assert cp[0] == {"step": 1, "rank": 0, "compute_ns": 100.0, "exposed_transfer_ns": 0.0, "wait_ns": 0.0,
                      "host_idle_ns": 0.0}

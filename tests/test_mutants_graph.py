@@ -49,7 +49,7 @@ def test_aligned_times_and_first_gaps_use_the_clock_offsets() -> None:
     # first gaps are 0 (rank 0) and 400 (rank 1); a later op's gap is on the rank's own clock.
     gpu = _gpu([(0, 7, 1100, 1200, "A", "compute"), (0, 7, 1300, 1350, "B", "compute"),
                 (1, 7, 0, 50, "C", "compute")])
-    g = graph.build(gpu, pl.DataFrame(), _no_steps(), {0: 1000.0, 1: -500.0})
+    g = graph.build(gpu, pl.DataFrame(), _no_steps(), graph.Clock.from_offsets({0: 1000.0, 1: -500.0}))
     n = _by_name(g)
     assert (n[(0, "A")]["a_start_ns"], n[(0, "A")]["a_end_ns"]) == (100, 200)
     assert (n[(1, "C")]["a_start_ns"], n[(1, "C")]["a_end_ns"]) == (500, 550)

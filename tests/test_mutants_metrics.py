@@ -278,9 +278,9 @@ def test_critical_path_through_wait_tail_unmatched_comm_and_a_kernel_crossing_th
     rows = _comm_rows([(0, 20, 200 + p, 300 + p, "ar", "i0", 0, 60), (1, 20, 130 + o, 350 + o, "ar", "i0", 160, 60),
                        (1, 21, 360 + o, 400 + o, "send", None, 0, None)])
     steps = _steps([(0, 1, 100 + p, 1000 + p), (1, 1, 100 + o, 1000 + o)])
-    offsets = {0: float(p), 1: float(o)} if o or p else None
-    g = graph.build(gpu, rows, steps, offsets)
-    cp = cpm.critical_path(g, steps, offsets)
+    clock = graph.Clock.from_offsets({0: float(p), 1: float(o)}) if o or p else None
+    g = graph.build(gpu, rows, steps, clock)
+    cp = cpm.critical_path(g)
     assert cp.to_dicts() == [
         {"step": 1, "rank": 0, "compute_ns": 50.0, "exposed_transfer_ns": 60.0, "wait_ns": 40.0, "host_idle_ns": 50.0},
         {"step": 1, "rank": 1, "compute_ns": 480.0, "exposed_transfer_ns": 90.0, "wait_ns": 0.0, "host_idle_ns": 130.0}]
@@ -291,7 +291,7 @@ def _cp(gpu: pl.DataFrame, rows: pl.DataFrame, steps: pl.DataFrame) -> list[dict
     from analyzer.crossrank import graph
     from analyzer.metrics import critical_path as cpm
 
-    cp = cpm.critical_path(graph.build(gpu, rows, steps), steps)
+    cp = cpm.critical_path(graph.build(gpu, rows, steps))
     assert cp.schema == CP_SCHEMA
     return cp.to_dicts()
 
@@ -372,6 +372,7 @@ def _pipeline_case(d: int, windows: list[tuple[int, int, int, int]], offset_rank
     """PIPE_KERNELS with rank 1's clock ``d`` ns ahead; ``windows``: (rank, step, start, end) on the reference clock;
     offsets listed for ``offset_ranks`` only (a rank left out has none: its clock is the reference); ``extra``:
     unmatched collectives (rank, op, start, end) on rank 0, kernels without a match rule."""
+    from analyzer.crossrank.graph import Clock
     from analyzer.metrics import pipeline
 
     def at(r: int, t: int) -> int:
@@ -388,8 +389,7 @@ def _pipeline_case(d: int, windows: list[tuple[int, int, int, int]], offset_rank
             pl.lit(None, pl.String).alias("match_rule"))])
     win = pl.DataFrame([(r, st, at(r, s), at(r, e)) for r, st, s, e in windows],
                        schema={"rank": pl.Int32, "step": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64}, orient="row")
-    offsets = pl.DataFrame({"rank": list(offset_ranks), "off_ns": [0.0 if r == 0 else float(d) for r in offset_ranks]},
-                           schema={"rank": pl.Int32, "off_ns": pl.Float64})
+    offsets = Clock.from_offsets({r: 0.0 if r == 0 else float(d) for r in offset_ranks})
     p = pipeline.analyze(rows, gpu, win, offsets)
     assert p is not None
     return p
@@ -508,8 +508,9 @@ def test_pipeline_needs_step_windows() -> None:
     rows = _p2p([(0, "send", 1200, 1300, "p1", 100, 0, 0), (1, "recv", 1100, 1300, "p1", 100, 100, 0)])
     gpu = pl.DataFrame({"rank": [0, 1], "kind": ["comm", "comm"], "start_ns": [1200, 1100], "end_ns": [1300, 1300]},
                        schema={"rank": pl.Int32, "kind": pl.String, "start_ns": pl.Int64, "end_ns": pl.Int64})
-    offsets = pl.DataFrame({"rank": [0, 1], "off_ns": [0.0, 0.0]}, schema={"rank": pl.Int32, "off_ns": pl.Float64})
-    assert pipeline.analyze(rows, gpu, empty, offsets) is None
+    from analyzer.crossrank.graph import Clock
+
+    assert pipeline.analyze(rows, gpu, empty, Clock.from_offsets({0: 0.0, 1: 0.0})) is None
 
 
 def test_pipeline_step_where_the_last_stage_computes_nothing_is_all_steady() -> None:
@@ -544,7 +545,9 @@ def test_critical_path_last_arriver_with_no_transfer_is_all_waiting() -> None:
 def _bounds_inputs(recvs: list[tuple[int, int]], computes: list[tuple[int, int, int]],
                    windows: list[tuple[int, int, int, int, int, int, float]]) -> tuple[pl.DataFrame, ...]:
     """recvs (rank, end), computes (rank, start, end) on each rank's own clock; windows (rank, stage, chain, step,
-    start, end, off_ns) -> _phase_bounds' pairs, gpu and win."""
+    start, end, off_ns) -> _phase_bounds' pairs, gpu, win and clock (each rank's off_ns)."""
+    from analyzer.crossrank.graph import Clock
+
     pairs = pl.DataFrame([(r, "recv", e) for r, e in recvs], schema={"rank": pl.Int32, "op": pl.String,
                                                                      "end_ns": pl.Int64}, orient="row")
     gpu = pl.DataFrame([(r, "compute", s, e) for r, s, e in computes],
@@ -552,7 +555,7 @@ def _bounds_inputs(recvs: list[tuple[int, int]], computes: list[tuple[int, int, 
                        orient="row")
     win = pl.DataFrame(windows, schema={"rank": pl.Int32, "stage": pl.Int32, "chain": pl.Int32, "step": pl.Int64,
                                         "start_ns": pl.Int64, "end_ns": pl.Int64, "off_ns": pl.Float64}, orient="row")
-    return pairs, gpu, win
+    return pairs, gpu, win.drop("off_ns"), Clock.from_offsets(dict(win.select("rank", "off_ns").iter_rows()))
 
 
 def _bounds(*args: tuple) -> dict[tuple[int, int], tuple]:
@@ -600,9 +603,9 @@ def _small_pipeline(windows: dict[int, tuple[int, int]], offset_ranks: tuple[int
     win = pl.DataFrame([(r, 1, s, e) for r, (s, e) in windows.items()],
                        schema={"rank": pl.Int32, "step": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64},
                        orient="row")
-    offsets = pl.DataFrame({"rank": list(offset_ranks), "off_ns": [0.0] * len(offset_ranks)},
-                           schema={"rank": pl.Int32, "off_ns": pl.Float64})
-    p = pipeline.analyze(rows, gpu, win, offsets)
+    from analyzer.crossrank.graph import Clock
+
+    p = pipeline.analyze(rows, gpu, win, Clock.from_offsets({r: 0.0 for r in offset_ranks}))
     assert p is not None
     return {r["rank"]: (r["warmup_bubble_ns"], r["steady_bubble_ns"], r["cooldown_bubble_ns"])
             for r in p["rank_steps"].to_dicts()}

@@ -322,10 +322,12 @@ def test_per_dimension_hiding_saves_exactly_that_dimensions_transfer(tmp_path: P
 @pytest.mark.parametrize("folder", REAL, ids=lambda p: f"{p.parent.parent.name}/{p.name}")
 def test_critical_path_covers_each_real_step(folder: Path) -> None:
     """The split adds up to the step's span over all ranks (aligned clock), even where kernel ends differ."""
-    from analyzer.metrics.critical_path import _job_windows, step_summary
+    from analyzer.metrics.critical_path import step_summary
 
     a = run(folder)
-    job = _job_windows(a.traces.steps, a.clock.offsets_ns).sort("step")
+    # each step from its earliest aligned start to its latest aligned end over ranks (the graph's windows)
+    job = a.graph.steps.group_by("step").agg(pl.col("a_start_ns").min().alias("start_ns"),
+                                             pl.col("a_end_ns").max().alias("end_ns")).sort("step")
     path = step_summary(a.critical_path)
     assert path["step"].to_list() == job["step"].to_list()
     spans = (job["end_ns"] - job["start_ns"]).to_numpy()

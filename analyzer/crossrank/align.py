@@ -3,7 +3,8 @@
 Blocking collectives end almost together on every rank, so each end is e[i, r] = T[i] + o[r] + noise.
 Offsets are fitted by alternating medians (robust to outliers, and it chains through groups that do
 not contain the reference rank, e.g. TP pairs linked by DP pairs). ``offsets[r]`` is subtracted from
-rank r's timestamps to put it on the reference rank's clock; nothing is written back to the input.
+rank r's timestamps to put it on the reference rank's clock; nothing is written back to the input. The
+subtraction itself happens in one place, the graph's clock (``graph.Clock``), which everything downstream reads.
 """
 
 from __future__ import annotations
@@ -119,15 +120,3 @@ def _causal_bounds(rows: pl.DataFrame, ref: int) -> pl.DataFrame:
         (pl.col("end_ns") - pl.col("s0")).min().cast(pl.Float64).alias("hi"),
     ).with_columns(pl.col("rank").cast(pl.Int64))
 
-
-def apply(df: pl.DataFrame, fit: ClockFit, cols: tuple[str, ...] = ("start_ns", "end_ns")) -> pl.DataFrame:
-    """A copy of ``df`` with ``cols`` on the reference clock (rank column required)."""
-    table = pl.DataFrame(
-        {"rank": list(fit.offsets_ns), "_off": [round(v) for v in fit.offsets_ns.values()]},
-        schema={"rank": pl.Int32, "_off": pl.Int64},
-    )
-    return (
-        df.join(table, on="rank", how="left")
-        .with_columns([(pl.col(c) - pl.col("_off").fill_null(0)).alias(c) for c in cols])
-        .drop("_off")
-    )

@@ -14,6 +14,12 @@ as a 2-participant instance in the same column) are joined by that instance. The
 shortest kernel) gates the instance: every participant's kernel ends at (last arrival + transfer). In a
 ring's hop each kernel is gated by its own peer instead (``waits.per_row``'s ``last_rank``, the one place
 that rule lives): ``gate_node`` is the kernel each one waited for.
+
+The graph is also the one place clock offsets are applied (DESIGN: "graph ... the only place offsets are
+applied"): :class:`Clock` holds each rank's rounded offset and puts any table on the reference clock;
+the graph carries it (``Graph.clock``) with the step windows on both clocks (``Graph.steps``), and every
+consumer (step sync, critical path, pipeline, export, dashboard timelines) reads those instead of
+subtracting offsets itself.
 """
 
 from __future__ import annotations
@@ -23,10 +29,50 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
+from .align import ClockFit
 from .collectives import assign_steps
 
 NODE_KINDS = ("compute", "comm", "memcpy", "memset", "other")
 EDGE_KINDS = ("stream", "binding", "collective")
+TIME_COLS = ("start_ns", "end_ns")
+
+
+@dataclass(frozen=True)
+class Clock:
+    """Each rank's clock correction: ``by_rank[r]`` (align's offset, rounded to whole ns) is subtracted from rank
+    r's times to put them on the reference rank's clock; a rank without one keeps its times. ``method`` is the
+    fit's ("collective-end" | "none": no fit, every offset 0)."""
+
+    by_rank: dict[int, int]
+    method: str = "none"
+
+    @classmethod
+    def of(cls, fit: ClockFit | None) -> Clock:
+        if fit is None:
+            return cls({})
+        return cls.from_offsets(fit.offsets_ns, fit.method)
+
+    @classmethod
+    def from_offsets(cls, offsets_ns: dict[int, float] | None, method: str = "collective-end") -> Clock:
+        return cls({int(r): round(v) for r, v in (offsets_ns or {}).items()}, method)
+
+    def offset(self, rank: pl.Expr | None = None) -> pl.Expr:
+        """The ns to subtract from each row's times (Int64), looked up by its rank."""
+        rank = pl.col("rank") if rank is None else rank
+        if not any(self.by_rank.values()):
+            return pl.lit(0, dtype=pl.Int64)
+        return rank.replace_strict(list(self.by_rank), list(self.by_rank.values()), default=0, return_dtype=pl.Int64)
+
+    def to_reference(self, df: pl.DataFrame, cols: tuple[str, ...] = TIME_COLS, prefix: str = "") -> pl.DataFrame:
+        """``df`` (a rank column and ``cols`` on each rank's own clock) with ``cols`` on the reference clock:
+        replaced, or added as ``prefix + col`` when a prefix is given. Row order is kept."""
+        off = self.offset()
+        return df.with_columns((pl.col(c) - off).alias(prefix + c) for c in cols)
+
+    def to_rank_clock(self, df: pl.DataFrame, cols: tuple[str, ...] = TIME_COLS) -> pl.DataFrame:
+        """The inverse: ``cols`` from the reference clock onto each row's rank's own clock."""
+        off = self.offset()
+        return df.with_columns((pl.col(c) + off).alias(c) for c in cols)
 
 
 @dataclass(frozen=True)
@@ -56,16 +102,19 @@ class Graph:
     # further dependencies a replay waits for beyond the stream and binding predecessors (src, dst, slack_ns =
     # dst start − src end, >= 0); None: nothing more
     deps: pl.DataFrame | None = None
+    clock: Clock = Clock({})  # the offsets the ``a_`` times used; consumers align other tables with it
+    # the step windows the graph was built with (rank, step, start_ns, end_ns, ...) plus a_start_ns, a_end_ns
+    steps: pl.DataFrame | None = None
 
     @property
     def n_nodes(self) -> int:
         return self.nodes.height
 
 
-def build(gpu: pl.DataFrame, rows: pl.DataFrame, steps: pl.DataFrame,
-          offsets_ns: dict[int, float] | None = None) -> Graph:
+def build(gpu: pl.DataFrame, rows: pl.DataFrame, steps: pl.DataFrame, clock: Clock | None = None) -> Graph:
     """``gpu``: the TraceSet's gpu table; ``rows``: waits.per_row (every comm kernel with instance,
-    wait_ns, transfer_ns); ``steps``: step windows; ``offsets_ns``: align.ClockFit.offsets_ns."""
+    wait_ns, transfer_ns); ``steps``: step windows; ``clock``: the fitted offsets (none: every rank's own)."""
+    clock = clock or Clock({})
     # an operation is (rank, stream, start, end, name); the name is keyed by its 64-bit hash, which
     # hashes a million kernel names' text once instead of in every unique and join (0.2 s each)
     declared = "after" in gpu.columns and "op_key" in gpu.columns
@@ -81,8 +130,7 @@ def build(gpu: pl.DataFrame, rows: pl.DataFrame, steps: pl.DataFrame,
                    right_on=["rank", "stream", "start_ns", "end_ns", "_nh"], how="left").drop("_raw_end")
     # wide frames are joined and sorted as few times as possible: each such step copies every column (a
     # million operations: ~150 MB a copy); new columns come from narrow frames or expressions
-    off = pl.col("rank").replace_strict(list((offsets_ns or {}).keys()), [round(v) for v in (offsets_ns or {}).values()],
-                                        default=0, return_dtype=pl.Int64)
+    off = clock.offset()
     ops = assign_steps(ops, steps) if steps.height else ops.with_columns(pl.lit(None, dtype=pl.Int64).alias("step"))
     nodes = (
         ops.sort("rank", "start_ns", "end_ns", "stream", "name")
@@ -125,7 +173,8 @@ def build(gpu: pl.DataFrame, rows: pl.DataFrame, steps: pl.DataFrame,
             "ordinal", "occurrence", "stream_pred", "slack_ns", "bind_pred", "gap_ns", "inst", "gate_node", "wait_ns",
             "transfer_ns", "op", "pg", "bytes", "group_n"]
     nodes = nodes.select(cols)
-    return Graph(nodes=nodes, instances=instances, edges=_edges(nodes), declared=said)
+    return Graph(nodes=nodes, instances=instances, edges=_edges(nodes), declared=said, clock=clock,
+                 steps=clock.to_reference(steps, prefix="a_"))
 
 
 def _declared(nodes: pl.DataFrame) -> pl.DataFrame:

@@ -11,9 +11,9 @@ step of one that ends early stay short.
 The rule: ranks that share matched collectives run in lockstep, so step N is one interval on the aligned
 clock, from the earliest start of step N on any of those ranks to the earliest start of step N+1 (the last
 step: to the latest end of any rank's last window). Each rank's window is that interval on its own clock
-(``align`` offsets), for the steps the rank has. Time a rank spends before its first kernel of a step is
-then idle in that step, where the question "who held the step back" can see it. Ranks without a matched
-collective, and runs without a clock fit, keep their own windows.
+(the graph's clock: ``Graph.steps`` holds the windows on both), for the steps the rank has. Time a rank
+spends before its first kernel of a step is then idle in that step, where the question "who held the step
+back" can see it. Ranks without a matched collective, and runs without a clock fit, keep their own windows.
 """
 
 from __future__ import annotations
@@ -21,31 +21,31 @@ from __future__ import annotations
 import polars as pl
 
 from ..rules import NS_PER_MS
-from .align import ClockFit
+from .graph import Graph
 
 DIFFERED_PCT = 5.0  # say so when the ranks' own mean step spans differed by more than this
 
 
-def common_windows(steps: pl.DataFrame, fit: ClockFit, linked: list[int]) -> tuple[pl.DataFrame, str]:
-    """``steps`` (rank, step, start_ns, end_ns on each rank's clock) with one aligned interval per step for the
-    ``linked`` ranks (those in a matched collective), and a warning when their own spans had differed."""
-    if steps.height == 0 or fit.method == "none" or len(linked) < 2:
+def common_windows(g: Graph, linked: list[int]) -> tuple[pl.DataFrame, str]:
+    """The graph's step windows (rank, step, start_ns, end_ns on each rank's clock) with one aligned interval per
+    step for the ``linked`` ranks (those in a matched collective), and a warning when their own spans had differed."""
+    aligned = g.steps if g.steps is not None else pl.DataFrame(schema={"rank": pl.Int32, "step": pl.Int64,
+                                                                       "start_ns": pl.Int64, "end_ns": pl.Int64})
+    steps = aligned.drop("a_start_ns", "a_end_ns", strict=False)
+    if steps.height == 0 or g.clock.method == "none" or len(linked) < 2:
         return steps, ""
-    off = pl.DataFrame({"rank": list(fit.offsets_ns), "_off": [float(v) for v in fit.offsets_ns.values()]},
-                       schema={"rank": pl.Int32, "_off": pl.Float64})
-    mine = steps.filter(pl.col("rank").is_in(linked)).join(off, on="rank", how="left").with_columns(
-        pl.col("_off").fill_null(0.0))
+    mine = aligned.filter(pl.col("rank").is_in(linked))
     if mine["rank"].n_unique() < 2:
         return steps, ""
     job = (
         mine.group_by("step")
-        .agg((pl.col("start_ns") - pl.col("_off")).min().alias("_s"), (pl.col("end_ns") - pl.col("_off")).max().alias("_e"))
+        .agg(pl.col("a_start_ns").min().alias("_s"), pl.col("a_end_ns").max().alias("_e"))
         .sort("step")
         .with_columns(pl.coalesce(pl.col("_s").shift(-1), pl.col("_e")).alias("_e"))
     )
-    start = (pl.col("_s") + pl.col("_off")).round().cast(pl.Int64)
-    synced = mine.join(job, on="step", how="left").select(  # the same span on every rank, to the ns
-        "rank", "step", start.alias("start_ns"), (start + (pl.col("_e") - pl.col("_s")).cast(pl.Int64)).alias("end_ns"))
+    synced = g.clock.to_rank_clock(  # the same span on every rank, to the ns
+        mine.join(job, on="step", how="left").select("rank", "step", pl.col("_s").alias("start_ns"),
+                                                      pl.col("_e").alias("end_ns")))
     kept = steps.filter(~pl.col("rank").is_in(linked))
     out = pl.concat([kept, synced.select(steps.columns).cast(dict(steps.schema))]).sort("rank", "start_ns")
     return out, _differed(mine)

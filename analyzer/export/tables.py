@@ -5,10 +5,10 @@ Pure and vectorized over the ranks of a chunk (``CHUNK``); the writers (``perfet
 not the rank count. What needs the whole run (the time origin, which kernels a flow joins and in which
 order) is computed once in :func:`plan`, over the comm-kernel table only.
 
-Times: rank r's ``start_ns``/``end_ns`` minus ``round(offsets_ns[r])``, the rule ``align.apply`` uses for
-the analysis. A slice's ``i`` is its index on its track and ``pos`` its place in the nesting of a split
-communication kernel (0 kernel, 1 wait, 3 transfer; a slice's end is ``pos + 1``, the kernel's 5), so
-``sort(ts, track, i, pos)`` is a valid begin/end order on every track.
+Times: on the aligned clock of the analysis' graph (``Graph.clock``, the one place offsets are applied; the
+comm kernels and step windows come aligned from the analysis). A slice's ``i`` is its index on its track and
+``pos`` its place in the nesting of a split communication kernel (0 kernel, 1 wait, 3 transfer; a slice's end
+is ``pos + 1``, the kernel's 5), so ``sort(ts, track, i, pos)`` is a valid begin/end order on every track.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import polars as pl
 import polars.selectors as cs
 
 from ..analysis import Analysis
-from ..crossrank import align
+from ..crossrank.graph import Clock, Graph
 from ..errors import UsageError
 from ..rules import NS_PER_MS, NS_PER_US
 from .selection import Selection
@@ -37,12 +37,13 @@ class Plan:
     base_ns: int  # earliest aligned time written (the JSON format's zero)
     keep: pl.DataFrame | None  # rank, k_start, k_end: aligned intervals to keep (None: everything)
     flows: pl.DataFrame  # _k (kernel row), flow_id, flow_role (out | both | in)
-    offsets: dict[int, int]  # rank -> ns subtracted (rounded as align.apply does)
+    offsets: dict[int, int]  # rank -> ns subtracted (the graph's clock)
     sel: Selection
     gpu: pl.DataFrame  # the analysis' tables, grouped by rank (a view unless they were not)
     cpu: pl.DataFrame
     steps: pl.DataFrame
     kernels: pl.DataFrame  # comm kernels with instance, wait_ns, transfer_ns and a row number ``_k``
+    clock: Clock  # the analysis' (its graph's): what ``rank_tables`` aligns with
 
 
 @dataclass(frozen=True)
@@ -83,14 +84,17 @@ def plan(a: Analysis, sel: Selection) -> Plan:
         if missing:
             raise UsageError(f"--ranks: rank(s) {missing} are not in the traces (they hold {_span(known)})")
     ranks = tuple(r for r in known if sel.ranks is None or r in sel.ranks)
-    offsets = {int(r): round(v) for r, v in a.clock.offsets_ns.items()}
-    gpu = align.apply(a.traces.gpu.select("rank", "start_ns", "end_ns"), a.clock)
+    g = _graph(a)
+    clock = g.clock
+    gpu = clock.to_reference(a.traces.gpu.select("rank", "start_ns", "end_ns"))
     origin = int(gpu["start_ns"].min()) if gpu.height else 0
-    steps = align.apply(a.traces.steps.select("rank", "step", "start_ns", "end_ns"), a.clock)
+    steps = g.steps.select("rank", "step", pl.col("a_start_ns").alias("start_ns"), pl.col("a_end_ns").alias("end_ns"))
     keep = _keep(sel, steps, origin, ranks)
     kern = _by_rank(_kernels(a))
-    a_kern = align.apply(kern.select("_k", "rank", "instance", "start_ns", "end_ns"), a.clock).filter(
-        pl.col("rank").is_in(ranks))
+    a_kern = (kern.select("_k", "rank", "instance", pl.col("a_start_ns").alias("start_ns"),
+                          pl.col("a_end_ns").alias("end_ns")) if "a_start_ns" in kern.columns
+              else clock.to_reference(kern.select("_k", "rank", "instance", "start_ns", "end_ns"))
+              ).filter(pl.col("rank").is_in(ranks))
     a_kern = _kept(a_kern, keep)
     if keep is not None and _kept(gpu.filter(pl.col("rank").is_in(ranks)), keep).height == 0:
         raise UsageError(f"{_describe(sel)}: no GPU event of the selected ranks falls there (--window is in ms "
@@ -99,12 +103,18 @@ def plan(a: Analysis, sel: Selection) -> Plan:
                          f"{_describe(sel)}: the traces hold no GPU events")
     parts = [gpu.filter(pl.col("rank").is_in(ranks)), steps.filter(pl.col("rank").is_in(ranks))]
     if sel.host:
-        parts.append(align.apply(a.traces.cpu.select("rank", "start_ns", "end_ns"), a.clock)
+        parts.append(clock.to_reference(a.traces.cpu.select("rank", "start_ns", "end_ns"))
                      .filter(pl.col("rank").is_in(ranks)))
     starts = [int(p["start_ns"].min()) for p in parts if p.height]
     return Plan(ranks=ranks, origin_ns=origin, base_ns=min(starts) if starts else origin, keep=keep,
-                flows=_flows(a_kern), offsets=offsets, sel=sel, gpu=_by_rank(a.traces.gpu),
-                cpu=_by_rank(a.traces.cpu), steps=_by_rank(a.traces.steps), kernels=kern)
+                flows=_flows(a_kern), offsets=dict(clock.by_rank), sel=sel, gpu=_by_rank(a.traces.gpu),
+                cpu=_by_rank(a.traces.cpu), steps=_by_rank(a.traces.steps), kernels=kern, clock=clock)
+
+
+def _graph(a: Analysis) -> Graph:
+    if a.graph is None or a.graph.steps is None:
+        raise UsageError("export needs an analysis of the traces themselves (this one has no cross-rank graph)")
+    return a.graph
 
 
 def _describe(sel: Selection) -> str:
@@ -199,13 +209,11 @@ def _on_tracks(df: pl.DataFrame, key: str, label: str, extra: str = "overlap") -
 def rank_tables(a: Analysis, p: Plan, ranks: tuple[int, ...]) -> list[RankTables]:
     """The tables of a few ranks, computed together (vectorized over them), returned one rank each."""
     ranks = tuple(sorted(ranks))
-    off = pl.col("rank").replace_strict(p.offsets, default=0, return_dtype=pl.Int64)
     keep = p.keep.filter(pl.col("rank").is_in(ranks)) if p.keep is not None else None
 
     def aligned(df: pl.DataFrame) -> pl.DataFrame:
         # an end before its start (broken input) would break the nesting: such a row lasts 0 ns
-        end = (pl.max_horizontal("start_ns", "end_ns") - off).alias("end_ns")
-        return _kept(df.with_columns(pl.col("start_ns") - off, end), keep)
+        return _kept(p.clock.to_reference(df.with_columns(pl.max_horizontal("start_ns", "end_ns").alias("end_ns"))), keep)
 
     gpu_rows = _rows(p.gpu, ranks)
     gpu = aligned(gpu_rows.filter(pl.col("kind") != "comm").select(

@@ -22,11 +22,12 @@ from ..crossrank.graph import Graph
 FIELDS = ("compute_ns", "exposed_transfer_ns", "wait_ns", "host_idle_ns")
 
 
-def critical_path(g: Graph, steps: pl.DataFrame, offsets_ns: dict[int, float] | None = None) -> pl.DataFrame:
-    """One row per (step, rank on the path): step, rank, compute_ns, exposed_transfer_ns, wait_ns, host_idle_ns."""
+def critical_path(g: Graph) -> pl.DataFrame:
+    """One row per (step, rank on the path): step, rank, compute_ns, exposed_transfer_ns, wait_ns, host_idle_ns.
+    Steps are the graph's own windows (``g.steps``, on the aligned clock there)."""
     empty = pl.DataFrame(schema={"step": pl.Int64, "rank": pl.Int32, **{f: pl.Float64 for f in FIELDS}})
     n = g.nodes
-    if n.height == 0 or steps.height == 0 or n["step"].null_count() == n.height:
+    if n.height == 0 or g.steps is None or g.steps.height == 0 or n["step"].null_count() == n.height:
         return empty
     bp = n["bind_pred"].fill_null(-1).to_numpy()
     inst = n["inst"].fill_null(-1).to_numpy()
@@ -34,7 +35,7 @@ def critical_path(g: Graph, steps: pl.DataFrame, offsets_ns: dict[int, float] | 
     redirect = n["gate_node"].to_numpy()
     a_end = n["a_end_ns"].to_numpy().astype(np.float64)
     a_start = n["a_start_ns"].to_numpy().astype(np.float64)
-    job = _job_windows(steps, offsets_ns)
+    job = _job_windows(g.steps)
     in_step = n.select("node", "step", "rank", "a_end_ns").filter(pl.col("step").is_not_null())
     ends = in_step.sort("a_end_ns", "node").group_by("step").agg(pl.col("node").last(), pl.col("rank").last())
     ends = ends.join(job, on="step", how="inner").sort("step")
@@ -91,15 +92,9 @@ def critical_path(g: Graph, steps: pl.DataFrame, offsets_ns: dict[int, float] | 
     return out.group_by("step", "rank").agg(pl.col(f).sum() for f in FIELDS).sort("step", "rank")
 
 
-def _job_windows(steps: pl.DataFrame, offsets_ns: dict[int, float] | None) -> pl.DataFrame:
+def _job_windows(steps: pl.DataFrame) -> pl.DataFrame:
     """Per step, the earliest window start and the latest window end over ranks, on the aligned clock."""
-    off = pl.DataFrame({"rank": list((offsets_ns or {}).keys()), "_o": [round(v) for v in (offsets_ns or {}).values()]},
-                       schema={"rank": pl.Int32, "_o": pl.Int64})
-    return (
-        steps.join(off, on="rank", how="left").with_columns(pl.col("_o").fill_null(0))
-        .group_by("step").agg((pl.col("start_ns") - pl.col("_o")).min().alias("start_ns"),
-                              (pl.col("end_ns") - pl.col("_o")).max().alias("end_ns"))
-    )
+    return steps.group_by("step").agg(pl.col("a_start_ns").min().alias("start_ns"), pl.col("a_end_ns").max().alias("end_ns"))
 
 
 def step_summary(cp: pl.DataFrame) -> pl.DataFrame:

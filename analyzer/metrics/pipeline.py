@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import polars as pl
 
+from ..crossrank.graph import Clock
 from ..rules import NS_PER_MS, RECEIVING_P2P_OPS
 from .flat import FlatAxis
 
 P2P_RULES = ("p2p_peer", "p2p_pair")
 USEFUL_KINDS = ("compute", "memcpy", "memset")
+_PHASE = ("full_start", "full_end")  # the pipeline-full interval of a step (the last stage's)
 # a batch's one kernel sends and receives; on the last stage its first batch of a step is the first receive
 _RECEIVING = RECEIVING_P2P_OPS
 
@@ -88,12 +90,12 @@ def _chains_from_stage(st: pl.DataFrame, edges: pl.DataFrame) -> pl.DataFrame:
                                                                 pl.col("rank").cast(pl.Int32))
 
 
-def analyze(rows: pl.DataFrame, gpu: pl.DataFrame, windows: pl.DataFrame, offsets: pl.DataFrame,
+def analyze(rows: pl.DataFrame, gpu: pl.DataFrame, windows: pl.DataFrame, clock: Clock,
             layout_stage: pl.Expr | None = None) -> dict | None:
     """The ``pipeline`` report: per stage bubbles and waits; None without matched send/recv chains.
 
     ``rows``: comm kernels (waits.per_row, with ``match_rule``); ``windows``: rank, step, start_ns, end_ns
-    (GPU step windows); ``offsets``: rank, off_ns (subtract to reach the reference clock).
+    (GPU step windows); ``clock``: the graph's (moves the phase boundaries between ranks).
     """
     is_pair = pl.col("match_rule").is_in(P2P_RULES) | _batched(rows)
     pairs = rows.filter(is_pair)
@@ -113,13 +115,12 @@ def analyze(rows: pl.DataFrame, gpu: pl.DataFrame, windows: pl.DataFrame, offset
         pairs.select("rank", (pl.col("end_ns") - pl.col("transfer_ns")).alias("start_ns"), "end_ns"),
     ])
     useful = axis.coverage(useful_rows)
-    win = windows.join(st, on="rank").join(offsets, on="rank", how="left").with_columns(pl.col("off_ns").fill_null(0.0))
-    bounds = _phase_bounds(pairs, gpu, win)
-    win = win.join(bounds, on=["chain", "step"], how="left").with_columns(
-        # the last stage's boundaries on this rank's clock, clipped to the window
-        *[(pl.col(c) + pl.col("off_ns")).round().cast(pl.Int64).clip(pl.col("start_ns"), pl.col("end_ns"))
-          .fill_null(pl.col("start_ns") if c == "full_start" else pl.col("end_ns")).alias(c)
-          for c in ("full_start", "full_end")]
+    win = windows.join(st, on="rank")
+    bounds = _phase_bounds(pairs, gpu, win, clock)
+    # the last stage's boundaries on this rank's clock, clipped to the window
+    win = clock.to_rank_clock(win.join(bounds, on=["chain", "step"], how="left"), _PHASE).with_columns(
+        *[pl.col(c).clip(pl.col("start_ns"), pl.col("end_ns"))
+          .fill_null(pl.col("start_ns") if c == "full_start" else pl.col("end_ns")).alias(c) for c in _PHASE]
     )
     cuts = [("start_ns", "full_start"), ("full_start", "full_end"), ("full_end", "end_ns")]
     parts = {}
@@ -146,6 +147,9 @@ def analyze(rows: pl.DataFrame, gpu: pl.DataFrame, windows: pl.DataFrame, offset
         pl.col("bubble_ns").sum(), pl.col("span_ns").sum(), pl.col("_b0").sum(), pl.col("_b1").sum(),
         pl.col("_b2").sum(), pl.col("_compute").sum(), pl.col("step").n_unique().alias("steps"),
     ).join(recv_wait, on="rank", how="left").with_columns(pl.col("recv_wait_ns").fill_null(0))
+    # rank order: the stage means below add floats in row order, which a group-by leaves to chance (their last digit
+    # changed from run to run: tp_pp_dp_mps_host_slow's cooldown_bubble_ms 3.021831 or 3.02183)
+    per_rank = per_rank.sort("rank")
     per_step = NS_PER_MS * pl.col("steps")
     table = per_rank.group_by("stage").agg(
         pl.col("rank").sort().alias("ranks"),
@@ -187,10 +191,10 @@ def bottleneck(table: pl.DataFrame, margin: float = 0.01) -> int | None:
     return int(top["stage"][0]) if first > second * (1 + margin) else None
 
 
-def _phase_bounds(pairs: pl.DataFrame, gpu: pl.DataFrame, win: pl.DataFrame) -> pl.DataFrame:
+def _phase_bounds(pairs: pl.DataFrame, gpu: pl.DataFrame, win: pl.DataFrame, clock: Clock) -> pl.DataFrame:
     """Per (chain, step), on the reference clock: when the last stage starts working and when it ends."""
     last = win.filter(pl.col("stage") == pl.col("stage").max().over("chain"))
-    lw = last.select("rank", "chain", "step", pl.col("start_ns").alias("ws"), pl.col("end_ns").alias("we"), "off_ns")
+    lw = last.select("rank", "chain", "step", pl.col("start_ns").alias("ws"), pl.col("end_ns").alias("we"))
     recv = pairs.filter(pl.col("op").is_in(_RECEIVING)).join(lw.select("rank").unique(), on="rank").select("rank", "end_ns")
     first_recv = (
         recv.sort("end_ns")
@@ -204,6 +208,6 @@ def _phase_bounds(pairs: pl.DataFrame, gpu: pl.DataFrame, win: pl.DataFrame) -> 
     out = comp.group_by("chain", "step").agg(
         pl.col("start_ns").filter(pl.col("start_ns") >= pl.col("_r").fill_null(0)).min().alias("full_start"),
         pl.col("end_ns").max().alias("full_end"),
-        pl.col("off_ns").first(),
+        pl.col("rank").first(),
     )
-    return out.select("chain", "step", *[(pl.col(c) - pl.col("off_ns")).alias(c) for c in ("full_start", "full_end")])
+    return clock.to_reference(out, _PHASE).select("chain", "step", *_PHASE)

@@ -1,0 +1,198 @@
+"""The graph is the spine (issue #33, DESIGN "graph ... the only place offsets are applied").
+
+1. No module but ``analyzer/crossrank/graph.py`` applies clock offsets: a grep of ``analyzer/`` and ``dashboards/``
+   for the ways they were applied before (``align.apply``, ``offsets_ns`` lookups, offset columns, a clock of
+   one's own). Showing an offset to a person (in us) is not applying it.
+2. On a real multi-rank capture whose ranks' clocks are moved by known amounts, every aligned time that the
+   graph and its consumers hold is the raw time minus round(offset), checked row by row in plain Python.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from analyzer.analysis import analyze
+from analyzer.crossrank import step_sync
+from analyzer.ingest.loader import LoadOptions, load
+from analyzer.model import TraceSet
+
+ROOT = Path(__file__).resolve().parents[1]
+HOME = "analyzer/crossrank/graph.py"
+# where offsets are fitted (it names them; it does not apply them) and where the graph's clock is made from the fit
+FIT = "analyzer/crossrank/align.py"
+MAKER = "analyzer/analysis.py"
+
+APPLY = [
+    (re.compile(r"\balign\.apply\b|^\s*def apply\(|import [^\n]*\bapply\b"), "align.apply"),
+    (re.compile(r"\boffsets_ns\b"), "offsets_ns"),
+    (re.compile(r"\.offsets\b(?!_)"), "an offsets table"),
+    (re.compile(r"""["'](_off|off_ns|_offset|offset_ns)["']"""), "an offset column"),
+    (re.compile(r"replace_strict\([^)]*off"), "an offset lookup"),
+    (re.compile(r"\bClock\.(of|from_offsets)\(|\bClock\(\{"), "a clock of its own"),
+]
+
+
+def _display(line: str) -> bool:
+    """An offset shown to a person (microseconds in a report or a trace's note), not subtracted from a time."""
+    return "NS_PER_US" in line or "_us" in line
+
+
+def offenders(text: str, path: str) -> list[str]:
+    out = []
+    for no, line in enumerate(text.splitlines(), 1):
+        for pat, what in APPLY:
+            if not pat.search(line):
+                continue
+            if what == "offsets_ns" and (path == FIT or _display(line)):
+                continue
+            if what == "an offsets table" and _display(line):
+                continue
+            if what == "a clock of its own" and path == MAKER:
+                continue
+            out.append(f"{path}:{no}: {what}: {line.strip()}")
+    return out
+
+
+def test_the_grep_finds_what_the_code_did_before() -> None:
+    # the seven places as they read before the graph took the offsets (one line of each)
+    before = {
+        "analyzer/analysis.py": 'aligned = align.apply(inst.select("rank", "start_ns", "end_ns"), fit)',
+        "analyzer/metrics/critical_path.py": 'off = pl.DataFrame({"rank": list((offsets_ns or {}).keys()),',
+        "analyzer/export/tables.py": 'off = pl.col("rank").replace_strict(p.offsets, default=0, return_dtype=pl.Int64)',
+        "dashboards/timeline.py": 'gpu = align.apply(a.traces.gpu.select("rank", "start_ns"), a.clock)',
+        "dashboards/pipeline.py": '.join(off, on="rank", how="left").with_columns(pl.col("_off").fill_null(0))',
+        "analyzer/metrics/pipeline.py": 'pl.col("off_ns").first(),',
+        "analyzer/crossrank/step_sync.py": 'start = (pl.col("_s") + pl.col("_off")).round().cast(pl.Int64)',
+        "dashboards/other.py": "clock = Clock.of(a.clock)",
+    }
+    for path, line in before.items():
+        assert offenders(line, path), path
+    # showing an offset is fine
+    assert not offenders('off_us = round(a.clock.offsets_ns.get(rank, 0.0)) / NS_PER_US', "analyzer/export/text.py")
+
+
+def test_offsets_are_applied_only_in_the_graph() -> None:
+    # ingest/ runs before align (no clock offset exists there; its "_off" lays op-table steps end to end)
+    files = sorted(p for d in ("analyzer", "dashboards") for p in (ROOT / d).rglob("*.py")
+                   if "ingest" not in p.relative_to(ROOT).parts)
+    assert len(files) > 50
+    found = []
+    for f in files:
+        rel = f.relative_to(ROOT).as_posix()
+        if rel != HOME:
+            found += offenders(f.read_text(), rel)
+    assert not found, "\n".join(found)
+
+
+# rank -> ns its clock is moved ahead: odd amounts, so that a rounding or sign slip shows
+SHIFT = {1: 40_000_017, 2: -25_000_003, 3: 70_000_123}
+REAL = ROOT / "sample_traces" / "real_parallel" / "tp_pp_dp_mps_slow"
+
+
+def _shifted(ts: TraceSet) -> TraceSet:
+    move = pl.col("rank").replace_strict(list(SHIFT), list(SHIFT.values()), default=0, return_dtype=pl.Int64)
+
+    def shift(df: pl.DataFrame) -> pl.DataFrame:
+        return df.with_columns(pl.col("start_ns") + move, pl.col("end_ns") + move)
+
+    return TraceSet(ranks=ts.ranks, gpu=shift(ts.gpu), cpu=shift(ts.cpu), collectives=shift(ts.collectives),
+                    steps=shift(ts.steps), skipped=ts.skipped, warnings=ts.warnings)
+
+
+@pytest.fixture(scope="module")
+def skewed():
+    ts = _shifted(load([REAL], LoadOptions(jobs=1, cache=False)))
+    a = analyze(ts)
+    off = {r: round(v) for r, v in a.clock.offsets_ns.items()}
+    return ts, a, off
+
+
+def test_the_fit_sees_the_moved_clocks(skewed) -> None:
+    ts, a, off = skewed
+    assert a.clock.method == "collective-end" and sorted(off) == [0, 1, 2, 3, 4, 5, 6, 7]
+    # the moved amounts come back to within the ends' spread (ms here: eight ranks time-share GPUs through MPS), so
+    # every aligned time below is tens of ms away from its raw one
+    for r, d in SHIFT.items():
+        assert off[r] == pytest.approx(d, abs=5_000_000), (r, off[r])
+    assert a.graph.clock.by_rank == off
+
+
+def _rows(df: pl.DataFrame, *cols: str) -> list[tuple]:
+    return sorted(df.select(*cols).iter_rows())
+
+
+def test_graph_nodes_and_steps_are_raw_minus_rounded_offset(skewed) -> None:
+    ts, a, off = skewed
+    n = a.graph.nodes
+    assert n.height > 1000
+    for r, s, e, a_s, a_e in n.select("rank", "start_ns", "end_ns", "a_start_ns", "a_end_ns").iter_rows():
+        assert (a_s, a_e) == (s - off[r], e - off[r])
+    # the nodes are the raw kernels (end at least start + 1)
+    raw = ts.gpu.filter(pl.col("kind") != "sync").unique(["rank", "stream", "start_ns", "end_ns", "name"])
+    assert _rows(n, "rank", "start_ns") == _rows(raw, "rank", "start_ns")
+    want = sorted((r, st, s, e, s - off[r], e - off[r]) for r, st, s, e in ts.steps.select(
+        "rank", "step", "start_ns", "end_ns").iter_rows())
+    assert _rows(a.graph.steps, "rank", "step", "start_ns", "end_ns", "a_start_ns", "a_end_ns") == want
+
+
+def test_comm_rows_and_common_steps_use_the_same_offsets(skewed) -> None:
+    ts, a, off = skewed
+    k = a.kernels
+    for r, s, e, a_s, a_e in k.select("rank", "start_ns", "end_ns", "a_start_ns", "a_end_ns").iter_rows():
+        assert (a_s, a_e) == (s - off[r], e - off[r])
+    # step sync: step N starts at the earliest aligned start of step N over the linked ranks, on each rank's clock
+    linked = sorted(k.filter(pl.col("instance").is_not_null())["rank"].unique().to_list())
+    synced, _ = step_sync.common_windows(a.graph, linked)
+    first: dict[int, int] = {}
+    for r, st, s in ts.steps.select("rank", "step", "start_ns").iter_rows():
+        if r in linked:
+            first[st] = min(first.get(st, s - off[r]), s - off[r])
+    got = [(r, st, s) for r, st, s, _ in synced.iter_rows() if r in linked]
+    assert got and all(s == first[st] + off[r] for r, st, s in got)
+
+
+def test_timeline_and_export_are_on_the_graphs_clock(skewed) -> None:
+    from analyzer.export import tables
+    from analyzer.export.selection import Selection
+    from dashboards import timeline
+
+    ts, a, off = skewed
+    prep = timeline.prepare(a)
+    got = [(r, s + prep.origin_ns, e + prep.origin_ns) for r, s, e in prep.gpu.select("rank", "start_ns", "end_ns")
+           .iter_rows()]
+    want = [(r, s - off[r], e - off[r]) for r, s, e in ts.gpu.select("rank", "start_ns", "end_ns").iter_rows()]
+    assert sorted(got) == sorted(want)
+    assert prep.origin_ns == min(s for _, s, _ in want)
+    steps = [(r, st, s + prep.origin_ns) for r, st, s, _ in prep.steps.iter_rows()]
+    assert sorted(steps) == sorted((r, st, s - off[r]) for r, st, s, _ in ts.steps.iter_rows())
+
+    p = tables.plan(a, Selection(ranks=(1, 2)))
+    assert p.offsets == off and p.origin_ns == prep.origin_ns
+    for t in tables.rank_tables(a, p, (1, 2)):
+        comm = t.slices.filter((pl.col("cat") == "comm") & (pl.col("pos") == 0))
+        raw = ts.collectives.filter(pl.col("rank") == t.rank)
+        assert sorted(comm["start_ns"].to_list()) == sorted(s - off[t.rank] for s in raw["start_ns"])
+        st = t.slices.filter(pl.col("cat") == "step")
+        assert sorted(st["start_ns"].to_list()) == sorted(
+            s - off[t.rank] for s in ts.steps.filter(pl.col("rank") == t.rank)["start_ns"])
+
+
+def test_pipeline_schedule_is_on_the_graphs_clock(skewed) -> None:
+    from dashboards import pipeline as view
+
+    ts, a, off = skewed
+    assert a.pipeline is not None
+    comp, tr, step = view.schedule_rows(a)
+    rs = a.pipeline["rank_steps"]
+    win = rs.filter((pl.col("step") == step) & (pl.col("chain") == rs["chain"].min()))
+    t0 = min(s - off[r] for r, s in win.select("rank", "start_ns").iter_rows())
+    bounds = {r: (s, e) for r, s, e in win.select("rank", "start_ns", "end_ns").iter_rows()}
+    want = sorted(((s - off[r] - t0) / 1e6, r) for r, s, e in a.pipeline["transfers"].select(
+        "rank", "start_ns", "end_ns").iter_rows() if r in bounds and s < bounds[r][1] and e > bounds[r][0])
+    got = sorted(tr.select("start_ms", "rank").iter_rows())
+    assert want and [r for _, r in got] == [r for _, r in want]
+    assert [t for t, _ in got] == pytest.approx([t for t, _ in want], abs=1e-9)  # ms, to a picosecond
