@@ -40,7 +40,7 @@ class Analysis:
     graph: graph.Graph | None = None  # cross-rank dependency graph and its clock (critical path, replay, timelines)
     critical_path: pl.DataFrame | None = None  # step, rank, compute/exposed_transfer/wait/host_idle (ns)
     whatif: whatif.WhatIf | None = None  # replay and what-if scenarios
-    kernels: pl.DataFrame | None = None  # waits.per_row: every comm kernel, its instance, wait_ns, transfer_ns (export)
+    kernels: pl.DataFrame | None = None  # the graph's comm-kernel table (Graph.kernels: waits.per_row + k, inst, node)
     inspector: inspector_metrics.InspectorSummary | None = None  # NCCL Inspector input: bandwidth, slow links, waits
     counterfactual: counterfactual.Counterfactual | None = None  # S, attribution, M_W, M_S (decides the verdict)
 
@@ -95,7 +95,7 @@ def analyze(ts: TraceSet, dims: dimensions.Options | None = None, busbw: dict[st
     split = waits.exposed_split(rows, covs, windows)
 
     expected = matched.group_by("rank").agg((1.0 / pl.col("n_ranks")).sum().alias("expected"))
-    roots_of = blame.root_cause(matched, ranks)
+    roots_of = blame.root_cause(dep.members, ranks)
     order = stragglers.ranking(rtable, expected, roots_of)
     comm_ns = {r: float(c) for r, c in totals.select("rank", "comm_ns").iter_rows()}
     dims = dims or dimensions.Options()
@@ -179,7 +179,7 @@ def analyze(ts: TraceSet, dims: dimensions.Options | None = None, busbw: dict[st
     return Analysis(
         source=source, ranks=rank_df, steps=step_df, collectives=coll_df, bandwidth=bw, ranking=order,
         verdict=found[0] if found else None, roots=tuple(found), blame=roots_of, clock=fit, matching=matching,
-        warnings=tuple(warnings), traces=ts, graph=dep, critical_path=cpath, whatif=replayed, kernels=rows,
+        warnings=tuple(warnings), traces=ts, graph=dep, critical_path=cpath, whatif=replayed, kernels=dep.kernels,
         process_groups=groups, dimensions=dim_df, pipeline=pipe, experts=experts.analyze(drows), counterfactual=cfx,
         inspector=inspector_folded.summarize(ts.inspector) if ts.inspector is not None else None,
     )

@@ -12,6 +12,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from analyzer.crossrank.members import members
 from analyzer.metrics.blame import root_cause
 from analyzer.report.json import to_dict
 from sample_traces.generate import Collective, Scenario, build, default_groups, write_kineto
@@ -188,7 +189,7 @@ def test_a_last_arriver_held_nowhere_passes_nothing_back() -> None:
                   ("B", 1, 200, 300, 60), ("B", 2, 260, 300, 0),
                   ("C", 0, 400, 450, 1), ("C", 1, 401, 450, 0),
                   ("D", 0, 500, 550, 1), ("D", 2, 501, 550, 0)])
-    got = {r: (root, prop) for r, root, prop in root_cause(rows, [0, 1, 2]).ranks.sort("rank").iter_rows()}
+    got = {r: (root, prop) for r, root, prop in root_cause(members(rows), [0, 1, 2]).ranks.sort("rank").iter_rows()}
     # A: rank 1's own 50. B: rank 2's own 60 (held nowhere). C: rank 1 (last) was held 60 in B, rank 0 50 in A:
     # min(w = 1, 60 - 50) = 1 ns propagated, to B's root (rank 2). D: rank 2 was held 0 in B, rank 0 1 in C:
     # nothing propagated, rank 2's own 1 ns.
@@ -216,7 +217,7 @@ def test_lateness_from_a_longer_transfer_is_nobodys_root(extra: int, own: int) -
         (0, "X1", 20, 70, 0, 2, "0,2"), (2, "X1", 20, 70, 0, 2, "0,2"),
         (1, "W1", 30, w1_start0 + 10, w1_start0 - 30, 0, "0,1"), (0, "W1", w1_start0, w1_start0 + 10, 0, 0, "0,1"),
     ])
-    b = root_cause(rows, [0, 1, 2])
+    b = root_cause(members(rows), [0, 1, 2])
     w1 = b.instances.filter(b.instances["instance"] == "W1").row(0, named=True)
     assert (w1["caused_ns"], w1["transfer_ns"], w1["own_ns"], w1["propagated_ns"]) == (50 + extra, 50, own, 0)
     assert b.transfer_caused_ns == 50
@@ -233,7 +234,7 @@ def test_a_hold_since_the_last_shared_collective_is_passed_back() -> None:
         (0, "Z1", 80, 90, 0, 2, "0,2"), (2, "Z1", 80, 90, 0, 2, "0,2"),
         (1, "W1", 60, 110, 40, 0, "0,1"), (0, "W1", 100, 110, 0, 0, "0,1"),
     ])
-    b = root_cause(rows, [0, 1, 2])
+    b = root_cause(members(rows), [0, 1, 2])
     w1 = b.instances.filter(b.instances["instance"] == "W1").row(0, named=True)
     assert (w1["propagated_ns"], w1["own_ns"], w1["transfer_ns"], w1["parent"]) == (40, 0, 0, "Y1")
     roots = dict(b.ranks.select("rank", "root_caused_wait_ns").iter_rows())
@@ -249,7 +250,7 @@ def test_kernels_without_member_lists_are_shared_by_their_participants(tmp_path:
     truth, a = _analyze(Scenario(ranks=32, tp=4, steps=4, seed=3, late_ranks={5: (2_000_000, "host")}), tmp_path)
     root, prop = oracle_roots(truth)
     rows = waits.matched(a.kernels).with_columns(pl.lit(None, dtype=pl.Utf8).alias("group_ranks"))
-    got = {r["rank"]: r for r in blame.root_cause(rows, a.source["ranks"]).ranks.iter_rows(named=True)}
+    got = {r["rank"]: r for r in blame.root_cause(members(rows), a.source["ranks"]).ranks.iter_rows(named=True)}
     assert sum(prop.values()) > 1e6  # messengers passed wait on: the look-back matters here
     for r in truth.ranks:
         assert got[r]["root_caused_wait_ns"] == pytest.approx(root[r], abs=1.0), r

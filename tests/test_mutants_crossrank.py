@@ -13,6 +13,7 @@ from math import comb
 import polars as pl
 import pytest
 
+from analyzer.crossrank.members import members
 from analyzer.metrics import stragglers
 from analyzer.metrics.blame import Blame
 
@@ -113,7 +114,7 @@ def test_a_single_collective_roots_all_its_wait_in_its_last_arriver() -> None:
     from analyzer.metrics.blame import root_cause
 
     rows = _kernels([(0, "A", 0, 100, 30, 2, 1), (1, "A", 10, 100, 20, 2, 1), (2, "A", 30, 100, 0, 2, 1)])
-    b = root_cause(rows, [0, 1, 2])
+    b = root_cause(members(rows), [0, 1, 2])
     roots = {r: (root, prop) for r, root, prop in b.ranks.iter_rows()}
     assert roots == {0: (0.0, 0.0), 1: (0.0, 0.0), 2: (50.0, 0.0)}
     assert b.flows.select("root", "root_rank", "instance", "step", "amount_ns").rows() == [("A", 2, "A", 1, 50.0)]
@@ -123,7 +124,7 @@ def test_a_single_collective_roots_all_its_wait_in_its_last_arriver() -> None:
 def test_no_matched_kernels_root_nothing() -> None:
     from analyzer.metrics.blame import root_cause
 
-    b = root_cause(_kernels([]), [0, 1])
+    b = root_cause(members(_kernels([])), [0, 1])
     assert b.ranks.rows() == [(0, 0.0, 0.0), (1, 0.0, 0.0)] and b.flows.height == 0 and b.transfer_caused_ns == 0.0
 
 

@@ -22,9 +22,10 @@ def _kernels(kernels: list[tuple[int, str, int, int, int, int, str]]):
 
 
 def _blame(kernels, ranks):
+    from analyzer.crossrank.members import members
     from analyzer.metrics.blame import root_cause
 
-    b = root_cause(_kernels(kernels), ranks)
+    b = root_cause(members(_kernels(kernels)), ranks)
     inst = {r["instance"]: r for r in b.instances.iter_rows(named=True)}
     roots = {r: (root, prop) for r, root, prop in b.ranks.sort("rank").iter_rows()}
     return b, inst, roots

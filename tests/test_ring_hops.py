@@ -9,6 +9,7 @@ import polars as pl
 import pytest
 
 from analyzer.crossrank import collectives, graph, match
+from analyzer.crossrank.members import members
 from analyzer.metrics import blame, waits
 from analyzer.model import COLLECTIVE_SCHEMA, COMM_CALL_SCHEMA, CPU_SCHEMA, GPU_SCHEMA, STEP_SCHEMA, conform
 
@@ -60,7 +61,7 @@ def test_each_kernel_waits_for_the_later_of_its_peers_not_for_the_shortest_kerne
 
 def test_all_the_rings_wait_is_rooted_at_the_late_rank() -> None:
     rows = _late_rank_two()
-    b = blame.root_cause(rows, [0, 1, 2])
+    b = blame.root_cause(members(rows), [0, 1, 2])
     root = dict(b.ranks.select("rank", "root_caused_wait_ns").iter_rows())
     # of rank 1's 10.7 us in hop 1, 200 ns are rank 2's longer transfer in hop 0 (1000 against rank 1's 800):
     # slower data movement is no rank's fault
@@ -77,7 +78,7 @@ def test_a_hop_with_two_late_ranks_splits_its_wait_between_them() -> None:
     rows = _ring_rows([{0: (0, 10_000), 1: (0, T), 2: (0, 6_000), 3: (5_000, 10_000), 4: (9_000, 10_000)}], n=5)
     got = {r: (g, w) for r, g, w in rows.select("rank", "last_rank", "wait_ns").iter_rows()}
     assert got == {0: (4, 9_000), 1: (1, 0), 2: (3, 5_000), 3: (4, 4_000), 4: (4, 0)}
-    b = blame.root_cause(rows, list(range(5)))
+    b = blame.root_cause(members(rows), list(range(5)))
     root = dict(b.ranks.select("rank", "root_caused_wait_ns").iter_rows())
     assert root == {0: 0.0, 1: 0.0, 2: 0.0, 3: pytest.approx(5_000), 4: pytest.approx(13_000)}
     # the hop splits by the rank waited for; each part counts that rank among its participants
@@ -97,7 +98,7 @@ def test_a_ring_hop_is_no_release_point_so_a_carried_hold_passes_back() -> None:
     hop1 = {r: (g, w) for r, g, w in rows.filter(pl.col("instance").str.ends_with("k1"))
             .select("rank", "last_rank", "wait_ns").iter_rows()}
     assert hop1[1] == (0, 10_000)  # both its peers start at 11000: the tie goes to the lower rank
-    b = blame.root_cause(rows, [0, 1, 2])
+    b = blame.root_cause(members(rows), [0, 1, 2])
     root = dict(b.ranks.select("rank", "root_caused_wait_ns").iter_rows())
     assert root[0] == 0.0 and root[1] == 0.0 and root[2] == pytest.approx(20_000)
 

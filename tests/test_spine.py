@@ -196,3 +196,119 @@ def test_pipeline_schedule_is_on_the_graphs_clock(skewed) -> None:
     got = sorted(tr.select("start_ms", "rank").iter_rows())
     assert want and [r for _, r in got] == [r for _, r in want]
     assert [t for t, _ in got] == pytest.approx([t for t, _ in want], abs=1e-9)  # ms, to a picosecond
+
+
+# --- the graph's instance table is the one blame and the export read (issue #33: "none ... rebuilds instances")
+
+# what building an instance table or a comm-kernel order of one's own looked like in blame and the export
+REBUILD = [
+    # a table of kernels grouped by instance (grouping one's own results per instance, e.g. blame's per-peer parts,
+    # is not building one)
+    (re.compile(r"""\b(rows|kern\w*|nodes|matched|m)\.group_by\(\s*["']instance["']|over\(\s*["']instance["']\)"""),
+     "an instance table"),
+    (re.compile(r"\brows\b"), "a comm-kernel table of its own"),
+    (re.compile(r"\bring_hop\b"), "the ring-hop rule"),
+    (re.compile(r"""str\.split\(\s*["'],["']\s*\)"""), "a member-list parser"),
+    (re.compile(r"""sort\(\s*["']rank["'],\s*["']start_ns["']\s*\)"""), "a comm-kernel order"),
+    (re.compile(r"""pl\.col\(\s*["']instance["']\s*\)\.unique\(|with_row_index\(\s*["']_k["']\s*\)\s*$"""),
+     "instances or kernel ids of its own"),
+    (re.compile(r"\ba\.kernels\b"), "the analysis' kernel table instead of the graph's"),
+]
+READERS = ("analyzer/metrics/blame.py", "analyzer/export/tables.py")
+
+
+# blame's own: no kernel rows, no order (the export names its own rows and sorts its step slices)
+BLAME_ONLY = {"a comm-kernel table of its own", "a comm-kernel order"}
+
+
+def rebuilds(text: str, blame: bool = True) -> list[str]:
+    return [f"{no}: {what}: {line.strip()}" for no, line in enumerate(text.splitlines(), 1)
+            for pat, what in REBUILD if pat.search(line) and (blame or what not in BLAME_ONLY)]
+
+
+def test_the_rebuild_grep_finds_what_blame_and_the_export_did_before() -> None:
+    # one line of each, as blame and the export read before the graph carried members and kernel ids
+    for line in ('inst = rows.group_by("instance").agg(', "hop = ring_hop(rows)",
+                 '.with_columns(pl.col("group_ranks").str.split(",").cast(pl.List(pl.Int32)).alias("member"))',
+                 '.sort("rank", "start_ns")', 'ids = m.select(pl.col("instance").unique().sort())',
+                 'return k.with_row_index("_k")', "k = a.kernels if a.kernels is not None else x"):
+        assert rebuilds(line), line
+
+
+def test_blame_and_the_export_read_the_graphs_instances() -> None:
+    for rel in READERS:
+        found = rebuilds((ROOT / rel).read_text(), blame=rel.endswith("blame.py"))
+        assert not found, rel + "\n" + "\n".join(found)
+    # and the analysis hands them the graph's tables
+    text = (ROOT / MAKER).read_text()
+    assert "blame.root_cause(dep.members," in text and "kernels=dep.kernels" in text
+    assert "Graph.kernels" in (ROOT / READERS[1]).read_text() and "g.kernels" in (ROOT / READERS[1]).read_text()
+
+
+def _raw_groups(ts: TraceSet) -> dict[tuple, dict[int, tuple[int, int, int]]]:
+    """Brute force: the raw collectives table grouped by (process group, its members, seq) in plain Python:
+    each group's kernels by rank (stream, start, end)."""
+    out: dict[tuple, dict[int, tuple[int, int, int]]] = {}
+    for r, pg, members, seq, stream, s, e in ts.collectives.select(
+            "rank", "pg", "group_ranks", "seq", "stream", "start_ns", "end_ns").iter_rows():
+        out.setdefault((pg, members, seq), {})[r] = (stream, s, e)
+    return out
+
+
+@pytest.fixture(scope="module")
+def ring():
+    ts = load([ROOT / "sample_traces" / "real_parallel" / "cp_ring_mps_slow"], LoadOptions(jobs=1, cache=False))
+    return ts, analyze(ts)
+
+
+@pytest.mark.parametrize("which", ["skewed", "ring"])
+def test_the_graphs_instance_table_holds_every_matched_collective_and_p2p_exchange(which, request) -> None:
+    ts, a = request.getfixturevalue(which)[:2]
+    g = a.graph
+    raw = _raw_groups(ts)
+    # every raw group seen on 2 ranks or more (one kernel each here: every kernel of these captures has metadata)
+    want = {key: sorted(by) for key, by in raw.items() if len(by) >= 2}
+    assert len(want) == sum(1 for by in raw.values() if len(by) >= 2) > 20
+    ops = {row[1] for row in ts.collectives.select("pg", "op").iter_rows()}
+    assert "send_recv" in ops  # p2p exchanges are in it
+    # the graph's instance of each raw kernel, through its comm-kernel table's row: the same raw group, whole
+    where = {(r, st, s, e): key for key, by in raw.items() for r, (st, s, e) in by.items()}
+    got: dict[int, set] = {}
+    ranks: dict[int, list[int]] = {}
+    for r, st, s, e, inst in g.kernels.select("rank", "stream", "start_ns", "end_ns", "inst").iter_rows():
+        if inst is not None:
+            got.setdefault(inst, set()).add(where[(r, st, s, e)])
+            ranks.setdefault(inst, []).append(r)
+    assert all(len(keys) == 1 for keys in got.values())
+    by_key = {next(iter(keys)): inst for inst, keys in got.items()}
+    assert sorted(by_key) == sorted(want)
+    inst = {row["inst"]: row for row in g.instances.iter_rows(named=True)}
+    assert sorted(inst) == list(range(len(want)))
+    for key, i in by_key.items():
+        assert inst[i]["ranks"] == want[key] == sorted(ranks[i]) and inst[i]["n"] == len(want[key])
+    # every matched kernel is a node that carries its row id, and blame's units are the instances (a ring's hop:
+    # split per rank waited for), their caused wait the members' wait
+    k = g.kernels.filter(pl.col("inst").is_not_null())
+    assert k["node"].null_count() == 0
+    assert g.nodes.filter(pl.col("k").is_not_null()).select("k", "inst").sort("k").rows() == \
+        k.select("k", "inst").sort("k").rows()
+    units = g.members.units
+    assert set(units["instance"]) == set(g.instances["instance"])
+    split = {i: len(set(lr)) for i, lr in k.group_by("instance").agg(pl.col("last_rank")).iter_rows()}
+    assert units.height == sum(split.values()) and (units.height > len(want)) == (which == "ring")
+    assert units["caused_ns"].sum() == pytest.approx(float(k["wait_ns"].sum()))
+
+
+def test_export_flows_are_the_graphs_instances(skewed) -> None:
+    from analyzer.export import tables
+    from analyzer.export.selection import Selection
+
+    ts, a, off = skewed
+    p = tables.plan(a, Selection())
+    kern = a.graph.kernels.select("k", "inst")
+    flows = p.flows.join(kern, left_on="_k", right_on="k")
+    # one flow per graph instance, over all its participants, in aligned start order (out ... in)
+    per = flows.group_by("flow_id").agg(pl.col("inst").n_unique().alias("n"), pl.col("inst").first(), pl.len())
+    assert (per["n"] == 1).all() and per["inst"].n_unique() == per.height == a.graph.instances.height
+    n = dict(a.graph.instances.select("inst", "n").iter_rows())
+    assert all(n[i] == c for i, c in per.select("inst", "len").iter_rows())

@@ -31,6 +31,7 @@ import polars as pl
 
 from .align import ClockFit
 from .collectives import assign_steps
+from .members import Members, members
 
 NODE_KINDS = ("compute", "comm", "memcpy", "memset", "other")
 EDGE_KINDS = ("stream", "binding", "collective")
@@ -85,9 +86,11 @@ class Graph:
       step: the key that lines the same operation up across ranks), stream_pred, slack_ns (start − stream
       predecessor's end, >= 0), bind_pred, gap_ns (start − binding predecessor's end; first op: see module
       doc), inst (matched instance id or null), gate_node (the kernel it waited for: its instance's last
-      arriver's, itself when unmatched), wait_ns, transfer_ns, op, pg, bytes, group_n.
+      arriver's, itself when unmatched), wait_ns, transfer_ns, op, pg, bytes, group_n, k (its row in ``kernels``;
+      null for a kernel that is no communication).
     ``instances``: inst, instance (the match key), n (participants), last_node, last_rank, transfer_ns,
-      op, pg, bytes, group_n.
+      op, pg, bytes, group_n, ranks (its participants, ascending). The one instance table: every consumer reads it
+      or ``members`` (its participants and units, as blame reads them).
     ``edges``: src, dst, kind ∈ EDGE_KINDS: stream / binding predecessor -> node; collective: the gate's
       node -> every other participant's node (they waited for it).
     """
@@ -105,6 +108,10 @@ class Graph:
     clock: Clock = Clock({})  # the offsets the ``a_`` times used; consumers align other tables with it
     # the step windows the graph was built with (rank, step, start_ns, end_ns, ...) plus a_start_ns, a_end_ns
     steps: pl.DataFrame | None = None
+    # every comm kernel (waits.per_row, its order) with k (row id), inst (its instance in ``instances``, null when
+    # unmatched) and node (its node; null for the rare duplicate the nodes keep once): what the export writes
+    kernels: pl.DataFrame | None = None
+    members: Members | None = None  # the matched kernels as members of their instances (crossrank/members.py)
 
     @property
     def n_nodes(self) -> int:
@@ -125,6 +132,7 @@ def build(gpu: pl.DataFrame, rows: pl.DataFrame, steps: pl.DataFrame, clock: Clo
                 _name_key())
         .unique(["rank", "stream", "start_ns", "_raw_end", "_nh"], keep="first", maintain_order=True)
     )
+    rows = rows.with_row_index("k")
     comm = _comm_rows(rows).with_columns(_name_key()).drop("name")
     ops = ops.join(comm, left_on=["rank", "stream", "start_ns", "_raw_end", "_nh"],
                    right_on=["rank", "stream", "start_ns", "end_ns", "_nh"], how="left").drop("_raw_end")
@@ -171,10 +179,20 @@ def build(gpu: pl.DataFrame, rows: pl.DataFrame, steps: pl.DataFrame, clock: Clo
     nodes = nodes.with_columns(_gate_nodes(nodes, instances))
     cols = ["node", "rank", "stream", "kind", "name", "start_ns", "end_ns", "dur_ns", "a_start_ns", "a_end_ns", "step",
             "ordinal", "occurrence", "stream_pred", "slack_ns", "bind_pred", "gap_ns", "inst", "gate_node", "wait_ns",
-            "transfer_ns", "op", "pg", "bytes", "group_n"]
+            "transfer_ns", "op", "pg", "bytes", "group_n", "k"]
     nodes = nodes.select(cols)
     return Graph(nodes=nodes, instances=instances, edges=_edges(nodes), declared=said, clock=clock,
-                 steps=clock.to_reference(steps, prefix="a_"))
+                 steps=clock.to_reference(steps, prefix="a_"), kernels=_kernels(rows, nodes, instances),
+                 members=members(rows))
+
+
+def _kernels(rows: pl.DataFrame, nodes: pl.DataFrame, instances: pl.DataFrame) -> pl.DataFrame:
+    """The comm-kernel table in its order, with its instance id and node (see ``Graph.kernels``)."""
+    if "instance" not in rows.columns:  # a hand-built graph without communication
+        return rows
+    node = nodes.select("k", "node").drop_nulls("k")
+    return (rows.join(instances.select("instance", "inst"), on="instance", how="left", maintain_order="left")
+            .join(node, on="k", how="left", maintain_order="left"))
 
 
 def _declared(nodes: pl.DataFrame) -> pl.DataFrame:
@@ -195,7 +213,7 @@ def _name_key() -> pl.Expr:
 def _comm_rows(rows: pl.DataFrame) -> pl.DataFrame:
     schema = {"rank": pl.Int32, "stream": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64, "name": pl.Utf8,
               "instance": pl.Utf8, "wait_ns": pl.Int64, "transfer_ns": pl.Int64, "op": pl.Utf8, "pg": pl.Utf8,
-              "bytes": pl.Int64, "group_n": pl.Int64, "last_rank": pl.Int32, "inst_last": pl.Int32}
+              "bytes": pl.Int64, "group_n": pl.Int64, "last_rank": pl.Int32, "inst_last": pl.Int32, "k": pl.UInt32}
     if rows.height == 0:
         return pl.DataFrame(schema=schema)
     n = pl.coalesce(pl.col("group_size").cast(pl.Int64), pl.col("n_ranks").cast(pl.Int64)) if "n_ranks" in rows.columns \
@@ -204,7 +222,7 @@ def _comm_rows(rows: pl.DataFrame) -> pl.DataFrame:
         "rank", "stream", "start_ns", "end_ns", "name", "instance",
         pl.col("wait_ns").cast(pl.Int64), pl.col("transfer_ns").cast(pl.Int64), "op", "pg",
         pl.max_horizontal("in_bytes", "out_bytes").cast(pl.Int64).alias("bytes"), n.alias("group_n"),
-        "last_rank", "inst_last",
+        "last_rank", "inst_last", "k",
     ).unique(["rank", "stream", "start_ns", "end_ns", "name"], keep="first").cast(schema)
 
 
@@ -219,6 +237,7 @@ def _instances(nodes: pl.DataFrame) -> pl.DataFrame:
             pl.col("transfer_ns").min(),
             pl.col("op").first(), pl.col("pg").first(), pl.col("bytes").max(),
             pl.coalesce(pl.col("group_n").max(), pl.len().cast(pl.Int64)).alias("group_n"),
+            pl.col("rank").sort().alias("ranks"),
             pl.col("a_start_ns").min().alias("_first"),
         )
         .sort("_first", "instance")

@@ -37,6 +37,18 @@ def is_p2p() -> pl.Expr:
         (pl.col("op") == "coalesced") & pl.col("name").fill_null("").str.contains("(?i)sendrecv"))
 
 
+def ring_hop(rows: pl.DataFrame) -> pl.Expr | None:
+    """Rows of a ring's hop: a group exchange among 3 ranks or more whose kernels name their send or recv
+    peer (each kernel waits only for its own two peers: ``metrics/waits.py``); None where no row can be one."""
+    if not {"match_rule", "send_peer", "recv_peer"} <= set(rows.columns):
+        return None
+    named = (pl.col("match_rule").fill_null("") == "exchange") & (
+        pl.col("send_peer").is_not_null() | pl.col("recv_peer").is_not_null())
+    if not rows.select(named.any()).item():  # the common case: no per-instance count over every row
+        return None
+    return named & (pl.col("rank").n_unique().over("instance") > 2)
+
+
 def instances(coll: pl.DataFrame) -> pl.DataFrame:
     """``coll`` plus ``instance``, ``n_ranks``, ``partial`` and ``match_rule`` (see the module doc)."""
     if coll.height == 0:

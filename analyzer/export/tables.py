@@ -3,7 +3,8 @@
 Pure and vectorized over the ranks of a chunk (``CHUNK``); the writers (``perfetto.py``,
 ``chrome_json.py``) take each rank's tables, write them and drop them, so memory follows the chunk,
 not the rank count. What needs the whole run (the time origin, which kernels a flow joins and in which
-order) is computed once in :func:`plan`, over the comm-kernel table only.
+order) is computed once in :func:`plan`, over the graph's comm-kernel table (``Graph.kernels``: each kernel's
+instance in the graph's instance table).
 
 Times: on the aligned clock of the analysis' graph (``Graph.clock``, the one place offsets are applied; the
 comm kernels and step windows come aligned from the analysis). A slice's ``i`` is its index on its track and
@@ -70,13 +71,6 @@ def _rows(df: pl.DataFrame, ranks: tuple[int, ...]) -> pl.DataFrame:
     return part if ranks[-1] - ranks[0] + 1 == len(ranks) else part.filter(pl.col("rank").is_in(ranks))
 
 
-def _kernels(a: Analysis) -> pl.DataFrame:
-    k = a.kernels if a.kernels is not None else a.traces.collectives.with_columns(
-        pl.lit(None, dtype=pl.Utf8).alias("instance"), pl.lit(None, dtype=pl.Int64).alias("wait_ns"),
-        pl.lit(None, dtype=pl.Int64).alias("transfer_ns"))
-    return k.with_row_index("_k")
-
-
 def plan(a: Analysis, sel: Selection) -> Plan:
     known = [int(r) for r in a.source["ranks"]]
     if sel.ranks is not None:
@@ -90,10 +84,10 @@ def plan(a: Analysis, sel: Selection) -> Plan:
     origin = int(gpu["start_ns"].min()) if gpu.height else 0
     steps = g.steps.select("rank", "step", pl.col("a_start_ns").alias("start_ns"), pl.col("a_end_ns").alias("end_ns"))
     keep = _keep(sel, steps, origin, ranks)
-    kern = _by_rank(_kernels(a))
-    a_kern = (kern.select("_k", "rank", "instance", pl.col("a_start_ns").alias("start_ns"),
+    kern = _by_rank(g.kernels.rename({"k": "_k"}))
+    a_kern = (kern.select("_k", "rank", "inst", "instance", pl.col("a_start_ns").alias("start_ns"),
                           pl.col("a_end_ns").alias("end_ns")) if "a_start_ns" in kern.columns
-              else clock.to_reference(kern.select("_k", "rank", "instance", "start_ns", "end_ns"))
+              else clock.to_reference(kern.select("_k", "rank", "inst", "instance", "start_ns", "end_ns"))
               ).filter(pl.col("rank").is_in(ranks))
     a_kern = _kept(a_kern, keep)
     if keep is not None and _kept(gpu.filter(pl.col("rank").is_in(ranks)), keep).height == 0:
@@ -112,7 +106,7 @@ def plan(a: Analysis, sel: Selection) -> Plan:
 
 
 def _graph(a: Analysis) -> Graph:
-    if a.graph is None or a.graph.steps is None:
+    if a.graph is None or a.graph.steps is None or a.graph.kernels is None:
         raise UsageError("export needs an analysis of the traces themselves (this one has no cross-rank graph)")
     return a.graph
 
@@ -165,10 +159,11 @@ def _kept(df: pl.DataFrame, keep: pl.DataFrame | None, start: str = "start_ns", 
 
 
 def _flows(kern: pl.DataFrame) -> pl.DataFrame:
-    """One flow per matched instance over its written participants, in aligned start order."""
-    m = kern.filter(pl.col("instance").is_not_null())
-    ids = m.select(pl.col("instance").unique().sort()).with_row_index("flow_id", offset=1)
-    m = m.join(ids, on="instance").sort("flow_id", "start_ns", "rank").with_columns(
+    """One flow per instance of the graph's (``inst``) over its written participants, in aligned start order; flows
+    numbered in the order of their match keys."""
+    m = kern.filter(pl.col("inst").is_not_null())
+    ids = m.select("inst", "instance").unique("inst").sort("instance").with_row_index("flow_id", offset=1)
+    m = m.join(ids.select("inst", "flow_id"), on="inst").sort("flow_id", "start_ns", "rank").with_columns(
         pl.int_range(pl.len()).over("flow_id").alias("_o"), pl.len().over("flow_id").alias("_n"))
     return m.filter(pl.col("_n") >= 2).select(
         "_k", pl.col("flow_id").cast(pl.UInt64),

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from .waits import ring_hop
+from ..crossrank.members import Members
 
 _MAX_LEVELS = 10_000  # a chain can never be longer than the instances in it; guards a cycle bug
 
@@ -44,9 +44,9 @@ _INSTANCE_SCHEMA = {
 }
 
 
-def root_cause(rows: pl.DataFrame, ranks: list[int]) -> Blame:
-    """``rows``: matched comm kernels (rank, instance, start_ns, end_ns, wait_ns, last_rank, step, pg, group_ranks)."""
-    inst = _instances(rows)
+def root_cause(m: Members, ranks: list[int]) -> Blame:
+    """``m``: the graph's member table (``Graph.members``; hand-built kernels: ``crossrank.members.members``)."""
+    inst = _instances(m)
     flows = _flows(inst)
     base = pl.DataFrame({"rank": ranks}, schema={"rank": pl.Int32})
     root = flows.group_by("root_rank").agg(pl.col("amount_ns").sum().alias("root_caused_wait_ns"))
@@ -68,51 +68,19 @@ def root_cause(rows: pl.DataFrame, ranks: list[int]) -> Blame:
     return Blame(instances=inst, ranks=rank_df, steps=step_df, flows=flows, transfer_caused_ns=float(lost or 0.0))
 
 
-def _instances(rows: pl.DataFrame) -> pl.DataFrame:
+def _instances(m: Members) -> pl.DataFrame:
     """Per instance: caused, own, propagated and transfer-caused wait, and the instance that held L most."""
-    if rows.height == 0:
+    if m.units.height == 0:
         return pl.DataFrame(schema=_INSTANCE_SCHEMA)
-    # a ring's hop, where rows waited for different ranks (waits.per_row), splits into one instance per rank
-    # waited for ("instance@rank"), whose last arriver is that rank; ``inst0`` keeps the hop's own key
-    hop = ring_hop(rows)
-    rows = rows.with_columns(pl.col("instance").alias("inst0"), (pl.lit(False) if hop is None else hop).alias("ring"))
-    if hop is not None:
-        split = pl.col("last_rank").n_unique().over("instance") > 1
-        rows = rows.with_columns(
-            pl.when(split).then(pl.format("{}@{}", "instance", "last_rank")).otherwise(pl.col("instance")).alias("instance"))
-    waited = pl.col("rank") != pl.col("last_rank")
-    inst = (
-        rows.group_by("instance")
-        .agg(
-            pl.col("step").min(), pl.col("pg").first(), pl.col("group_ranks").first(),
-            # the rank waited for counts as a participant even where its own row waited for another
-            (pl.len() + waited.all().cast(pl.UInt32)).alias("n_ranks"),
-            pl.col("last_rank").first().cast(pl.Int32), pl.col("inst0").first(),
-            pl.col("wait_ns").sum().cast(pl.Float64).alias("caused_ns"),
-        )
-    )
-    # each rank's comm kernels in its own order, with running totals of the time it was held (wait) and
-    # moving data (transfer): differences of these between two kernels are clock-free
-    # a kernel without a group's member list (Nsight's p2p, a group never described) was shared by its
-    # instance's participants: the definition's "both in" is then literal
-    if rows["group_ranks"].null_count():
-        parts = rows.filter(pl.col("group_ranks").is_null()).group_by("instance").agg(
-            pl.col("rank").sort().cast(pl.Utf8).str.join(",").alias("_parts"))
-        rows = rows.join(parts, on="instance", how="left").with_columns(
-            pl.coalesce("group_ranks", "_parts").alias("group_ranks"))
-    # groups by an integer id: member lists run to thousands of ranks (kilobytes of text), and every join
-    # and as-of search below keys on the group
-    gid = pl.col("group_ranks").cast(pl.Categorical).to_physical().cast(pl.Int64).alias("g")
-    members = (rows.select(gid, "group_ranks").unique("g")
-               .with_columns(pl.col("group_ranks").str.split(",").cast(pl.List(pl.Int32)).alias("member"))
-               .select("g", "member").explode("member"))
-    nodes = (
-        rows.select("rank", "instance", "inst0", "ring", "start_ns", gid, pl.col("wait_ns").cast(pl.Float64).alias("w"),
-                    (pl.col("end_ns") - pl.col("start_ns") - pl.col("wait_ns")).cast(pl.Float64).clip(0.0).alias("x"))
-        .sort("rank", "start_ns")
-        .with_columns(pl.int_range(pl.len()).over("rank").alias("ord"),
-                      pl.col("w").cum_sum().over("rank").alias("H"), pl.col("x").cum_sum().over("rank").alias("X"))
-    )
+    # the graph's units (a ring's hop split per rank waited for) and members, in blame's names: ``instance`` is the
+    # unit, ``inst0`` the matched instance it belongs to
+    names = {"instance": "inst0", "unit": "instance"}
+    inst = m.units.rename(names)
+    members = m.groups
+    # each rank's comm kernels in its own order (the graph's), with running totals of the time it was held (wait)
+    # and moving data (transfer): differences of these between two kernels are clock-free
+    nodes = m.kernels.rename(names).with_columns(pl.col("w").cum_sum().over("rank").alias("H"),
+                                                 pl.col("x").cum_sum().over("rank").alias("X"))
     # the last arriver's own kernel in the instance (of a split hop: its row in the hop, keyed by its own gate)
     lnode = inst.select("instance", "inst0", pl.col("last_rank").alias("rank")).join(
         nodes.drop("instance"), on=["inst0", "rank"])

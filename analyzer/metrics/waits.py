@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from ..crossrank.match import ring_hop
 from .coverage import Coverage
 from .overlap import RankCoverage
 
@@ -52,18 +53,6 @@ def per_row(inst: pl.DataFrame, aligned_start: pl.Series, aligned_end: pl.Series
     ).with_columns(
         pl.when(ring).then(pl.col("dur_ns") - pl.col("wait_ns")).otherwise(pl.col("transfer_ns")).alias("transfer_ns"),
     ).drop("_gs")
-
-
-def ring_hop(rows: pl.DataFrame) -> pl.Expr | None:
-    """Rows of a ring's hop: a group exchange among 3 ranks or more whose kernels name their send or recv
-    peer (see the module doc); None where no row can be one."""
-    if not {"match_rule", "send_peer", "recv_peer"} <= set(rows.columns):
-        return None
-    named = (pl.col("match_rule").fill_null("") == "exchange") & (
-        pl.col("send_peer").is_not_null() | pl.col("recv_peer").is_not_null())
-    if not rows.select(named.any()).item():  # the common case: no per-instance count over every row
-        return None
-    return named & (pl.col("rank").n_unique().over("instance") > 2)
 
 
 def ring_hops(rows: pl.DataFrame) -> int:
