@@ -82,7 +82,7 @@ def analyze(ts: TraceSet, dims: dimensions.Options | None = None, busbw: dict[st
             f"{hops} ring hops (batched send/recv to one rank and from another, as in ring attention): each kernel's "
             "wait is traced to the later of its own two peers by start time on the aligned clock, so across hosts "
             "it is only as good as the clock fit")
-    itable = waits.instance_table(matched)
+    itable = _instance_frame(dep)
     rtable = waits.rank_table(matched, ranks)
 
     # exposed comm split into wait and transfer: key -1 is the whole window, else the step number
@@ -236,6 +236,16 @@ def _step_frame(per_step: pl.DataFrame, split: pl.DataFrame, matched: pl.DataFra
               "root_caused_wait_ns"]),
         pl.when(pl.col("comm_ns") > 0).then(100.0 * pl.col("overlapped_comm_ns") / pl.col("comm_ns")).alias("overlap_pct"),
     ).sort("rank", "step")
+
+
+def _instance_frame(g: graph.Graph) -> pl.DataFrame:
+    """The graph's instance table as the collectives report reads it: one row per matched instance, first arrival
+    first."""
+    return g.instances.sort("inst").select(
+        "instance", "pg", "seq", pl.col("collective_op").alias("op"), pl.col("collective_step").alias("step"), "bytes",
+        "group_size", "ranks", "transfer_ns", "max_wait_ns", "total_wait_ns", "last_rank", "arrival_skew_ns",
+        "end_skew_ns", "first_start_ns", "has_meta",
+        *[c for c in ("match_rule", "partial") if c in g.instances.columns])
 
 
 def _collective_frame(itable: pl.DataFrame) -> pl.DataFrame:

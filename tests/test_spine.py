@@ -286,6 +286,16 @@ def test_the_graphs_instance_table_holds_every_matched_collective_and_p2p_exchan
     assert sorted(inst) == list(range(len(want)))
     for key, i in by_key.items():
         assert inst[i]["ranks"] == want[key] == sorted(ranks[i]) and inst[i]["n"] == len(want[key])
+    # what the collectives report says of each instance comes from the same table: skews and first arrival on the
+    # aligned clock (raw minus the rounded offset), the smallest seq, one report row per instance
+    off = {r: round(v) for r, v in a.clock.offsets_ns.items()}
+    for key, i in by_key.items():
+        s = [st - off.get(r, 0) for r, (_, st, _) in raw[key].items()]
+        e = [en - off.get(r, 0) for r, (_, _, en) in raw[key].items()]
+        row = inst[i]
+        assert (row["arrival_skew_ns"], row["end_skew_ns"], row["first_start_ns"], row["seq"]) == (
+            max(s) - min(s), max(e) - min(e), min(s), key[2])
+    assert a.collectives.height == len(want) == a.matching["instances"]
     # every matched kernel is a node that carries its row id, and blame's units are the instances (a ring's hop:
     # split per rank waited for), their caused wait the members' wait
     k = g.kernels.filter(pl.col("inst").is_not_null())

@@ -89,8 +89,12 @@ class Graph:
       arriver's, itself when unmatched), wait_ns, transfer_ns, op, pg, bytes, group_n, k (its row in ``kernels``;
       null for a kernel that is no communication).
     ``instances``: inst, instance (the match key), n (participants), last_node, last_rank, transfer_ns,
-      op, pg, bytes, group_n, ranks (its participants, ascending). The one instance table: every consumer reads it
-      or ``members`` (its participants and units, as blame reads them).
+      op, pg, bytes, group_n, ranks (its participants, ascending); from its kernels' rows, what the collectives
+      report says of it: seq (smallest), collective_op (a send/recv pair reads ``send_recv``), collective_step
+      (the earliest step a kernel of it was recorded in), group_size, max_wait_ns, total_wait_ns, arrival_skew_ns
+      and end_skew_ns (aligned clock), first_start_ns (aligned), has_meta (all kernels), match_rule and partial
+      (where matched so). The one instance table: every consumer reads it or ``members`` (its participants and
+      units, as blame reads them).
     ``edges``: src, dst, kind ∈ EDGE_KINDS: stream / binding predecessor -> node; collective: the gate's
       node -> every other participant's node (they waited for it).
     """
@@ -181,9 +185,9 @@ def build(gpu: pl.DataFrame, rows: pl.DataFrame, steps: pl.DataFrame, clock: Clo
             "ordinal", "occurrence", "stream_pred", "slack_ns", "bind_pred", "gap_ns", "inst", "gate_node", "wait_ns",
             "transfer_ns", "op", "pg", "bytes", "group_n", "k"]
     nodes = nodes.select(cols)
-    return Graph(nodes=nodes, instances=instances, edges=_edges(nodes), declared=said, clock=clock,
-                 steps=clock.to_reference(steps, prefix="a_"), kernels=_kernels(rows, nodes, instances),
-                 members=members(rows))
+    kernels = _kernels(rows, nodes, instances)
+    return Graph(nodes=nodes, instances=_reported(instances, kernels), edges=_edges(nodes), declared=said,
+                 clock=clock, steps=clock.to_reference(steps, prefix="a_"), kernels=kernels, members=members(rows))
 
 
 def _kernels(rows: pl.DataFrame, nodes: pl.DataFrame, instances: pl.DataFrame) -> pl.DataFrame:
@@ -193,6 +197,32 @@ def _kernels(rows: pl.DataFrame, nodes: pl.DataFrame, instances: pl.DataFrame) -
     node = nodes.select("k", "node").drop_nulls("k")
     return (rows.join(instances.select("instance", "inst"), on="instance", how="left", maintain_order="left")
             .join(node, on="k", how="left", maintain_order="left"))
+
+
+def _reported(instances: pl.DataFrame, kernels: pl.DataFrame) -> pl.DataFrame:
+    """``instances`` with what the collectives report says of each (see ``Graph``), from its kernels' rows."""
+    if "inst" not in kernels.columns or not {"seq", "has_meta", "a_start_ns"} <= set(kernels.columns):
+        return instances  # a hand-built graph: no report
+    report = (
+        kernels.filter(pl.col("inst").is_not_null())
+        .group_by("inst")
+        .agg(
+            pl.col("seq").min(),
+            # a send/recv pair reads as one point-to-point transfer
+            pl.when(pl.col("op").n_unique() > 1).then(pl.lit("send_recv")).otherwise(pl.col("op").first())
+            .alias("collective_op"),
+            pl.col("step").min().alias("collective_step"),
+            pl.col("group_size").max(),
+            pl.col("wait_ns").max().alias("max_wait_ns"),
+            pl.col("wait_ns").sum().alias("total_wait_ns"),
+            (pl.col("a_start_ns").max() - pl.col("a_start_ns").min()).alias("arrival_skew_ns"),
+            (pl.col("a_end_ns").max() - pl.col("a_end_ns").min()).alias("end_skew_ns"),
+            pl.col("a_start_ns").min().alias("first_start_ns"),
+            pl.col("has_meta").all(),
+            *[pl.col(c).first() for c in ("match_rule", "partial") if c in kernels.columns],
+        )
+    )
+    return instances.join(report, on="inst", how="left", maintain_order="left")
 
 
 def _declared(nodes: pl.DataFrame) -> pl.DataFrame:
