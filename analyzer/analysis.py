@@ -75,8 +75,8 @@ def analyze(ts: TraceSet, dims: dimensions.Options | None = None, busbw: dict[st
     per_step = overlap.step_breakdown(synced, covs)
     own_windows = ts.steps.filter(pl.col("rank").is_in(per_step["rank"].unique().implode())).select(
         "rank", "step", "start_ns", "end_ns")
-    matched = waits.matched(rows)
-    hops = waits.ring_hops(matched)
+    matched = waits.matched(dep.kernels)
+    hops = dep.members.ring_hops
     if hops:
         warnings.append(
             f"{hops} ring hops (batched send/recv to one rank and from another, as in ring attention): each kernel's "

@@ -242,6 +242,8 @@ def test_blame_and_the_export_read_the_graphs_instances() -> None:
     # and the analysis hands them the graph's tables
     text = (ROOT / MAKER).read_text()
     assert "blame.root_cause(dep.members," in text and "kernels=dep.kernels" in text
+    # and the collectives report is the graph's instance table, not one of its own
+    assert "itable = _instance_frame(dep)" in text and "instance_table(" not in text
     assert "Graph.kernels" in (ROOT / READERS[1]).read_text() and "g.kernels" in (ROOT / READERS[1]).read_text()
 
 

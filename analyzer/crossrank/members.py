@@ -42,6 +42,11 @@ class Members:
     units: pl.DataFrame
     groups: pl.DataFrame
 
+    @property
+    def ring_hops(self) -> int:
+        """How many matched instances are ring hops."""
+        return self.kernels.filter(pl.col("ring")).select(pl.col("instance").n_unique()).item()
+
 
 def members(rows: pl.DataFrame) -> Members:
     """``rows``: comm kernels (rank, instance, start_ns, end_ns, wait_ns, last_rank, step, pg, group_ranks; a ring's

@@ -55,14 +55,6 @@ def per_row(inst: pl.DataFrame, aligned_start: pl.Series, aligned_end: pl.Series
     ).drop("_gs")
 
 
-def ring_hops(rows: pl.DataFrame) -> int:
-    """How many matched instances are ring hops (:func:`ring_hop`)."""
-    ring = ring_hop(rows)
-    if ring is None or rows.height == 0:
-        return 0
-    return rows.filter(ring & pl.col("instance").is_not_null()).select(pl.col("instance").n_unique()).item()
-
-
 def _gates(df: pl.DataFrame, ring: pl.Expr) -> pl.Series:
     """Per row, the rank it waited for: the instance's last arriver, or in a ring's hop the latest starter of
     itself and its two peers that started before it ended (a tie goes to itself, then to the lower rank)."""
@@ -84,33 +76,6 @@ def _gates(df: pl.DataFrame, ring: pl.Expr) -> pl.Series:
 
 def matched(rows: pl.DataFrame) -> pl.DataFrame:
     return rows.filter(pl.col("instance").is_not_null())
-
-
-def instance_table(rows: pl.DataFrame) -> pl.DataFrame:
-    """One row per matched instance."""
-    return (
-        rows.group_by("instance")
-        .agg(
-            pl.col("pg").first(),
-            pl.col("seq").min(),
-            # a send/recv pair reads as one point-to-point transfer
-            pl.when(pl.col("op").n_unique() > 1).then(pl.lit("send_recv")).otherwise(pl.col("op").first()).alias("op"),
-            pl.col("step").min(),
-            pl.max_horizontal("in_bytes", "out_bytes").max().alias("bytes"),
-            pl.col("group_size").max(),
-            pl.col("rank").sort().alias("ranks"),
-            pl.col("transfer_ns").min(),  # a ring's hop: each kernel's own; the fastest moved the data
-            pl.col("wait_ns").max().alias("max_wait_ns"),
-            pl.col("wait_ns").sum().alias("total_wait_ns"),
-            pl.col("inst_last").first().alias("last_rank"),
-            (pl.col("a_start_ns").max() - pl.col("a_start_ns").min()).alias("arrival_skew_ns"),
-            (pl.col("a_end_ns").max() - pl.col("a_end_ns").min()).alias("end_skew_ns"),
-            pl.col("a_start_ns").min().alias("first_start_ns"),
-            pl.col("has_meta").all(),
-            *[pl.col(c).first() for c in ("match_rule", "partial") if c in rows.columns],
-        )
-        .sort("first_start_ns", "instance")
-    )
 
 
 def rank_table(rows: pl.DataFrame, ranks: list[int]) -> pl.DataFrame:
