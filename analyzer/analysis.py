@@ -61,11 +61,11 @@ def analyze(ts: TraceSet, dims: dimensions.Options | None = None, busbw: dict[st
     inst = match.instances(ts.collectives)
     fit = align.fit_offsets(inst, ranks)
     # the graph right after the fit (and the per-kernel waits it carries, which need the aligned clock for ring
-    # hops): its clock is the one place offsets are applied; everything below that needs aligned times reads it
+    # hops): its clock is the one place offsets are applied; everything below that needs aligned times reads it,
+    # and every comm kernel or instance below is the graph's (Graph.kernels, Graph.instances, Graph.members)
     clock = graph.Clock.of(fit)
     aligned = clock.to_reference(inst.select("rank", "start_ns", "end_ns"))
-    rows = waits.per_row(inst, aligned["start_ns"], aligned["end_ns"])
-    dep = graph.build(ts.gpu, rows, ts.steps, clock)
+    dep = graph.build(ts.gpu, waits.per_row(inst, aligned["start_ns"], aligned["end_ns"]), ts.steps, clock)
     linked = inst.filter(pl.col("instance").is_not_null())["rank"].unique().to_list()
     # reported steps: one interval per step on every rank (step_sync); the graph, replay and pipeline keep each
     # rank's own windows, which place its operations in steps by launch
@@ -92,7 +92,7 @@ def analyze(ts: TraceSet, dims: dimensions.Options | None = None, busbw: dict[st
         per_step.select("rank", pl.col("step").alias("key"), "start_ns",
                         (pl.col("start_ns") + pl.col("span_ns")).alias("end_ns"), "exposed_comm_ns"),
     ])
-    split = waits.exposed_split(rows, covs, windows)
+    split = waits.exposed_split(dep.kernels, covs, windows)
 
     expected = matched.group_by("rank").agg((1.0 / pl.col("n_ranks")).sum().alias("expected"))
     roots_of = blame.root_cause(dep.members, ranks)
@@ -100,11 +100,11 @@ def analyze(ts: TraceSet, dims: dimensions.Options | None = None, busbw: dict[st
     comm_ns = {r: float(c) for r, c in totals.select("rank", "comm_ns").iter_rows()}
     dims = dims or dimensions.Options()
     warnings.extend(dimensions.layout_warnings(dims.layout, ts.world_size or len(ranks)))
-    groups = dimensions.groups(dimensions.meta_groups(ts.ranks), rows, ts.world_size or len(ranks),
+    groups = dimensions.groups(dimensions.meta_groups(ts.ranks), dep.kernels, ts.world_size or len(ranks),
                                dimensions.hosts(ts.ranks), dims)
     replicas = dimensions.replicas(groups, ts.world_size or len(ranks))
     cause_of = partial(waits.lateness_cause, matched, covs)
-    drows = dimensions.row_dimensions(rows, groups, dims.layout)
+    drows = dimensions.row_dimensions(dep.kernels, groups, dims.layout)
     dim_df = dimensions.per_rank(drows, ts.gpu, ranks, roots_of.flows)
     itable = itable.join(drows.group_by("instance").agg(pl.col("dimension").first(), pl.col("intra_node").first()),
                          on="instance", how="left")
