@@ -12,6 +12,9 @@ delay carried through a chain (a TP group that ran in lockstep after one hold, t
 Each instance has at most one parent j, so the attribution is a few vectorized passes over the levels
 of a forest: with f_c = P_c / C_a for a child c of a, the wait that traces back to a's own part is
 own_a × T_a with T_a = 1 + Σ_c f_c T_c. Clock-free: only durations and per-rank order are used.
+
+It reads the graph's member table (``Graph.members``: the instances, a ring's hop split per rank waited for, each
+rank's comm-kernel order and the groups' member lists) and builds none of its own.
 """
 
 from __future__ import annotations
