@@ -15,9 +15,10 @@ import polars as pl
 from dash import Input, Output, Patch, State, ctx, no_update
 
 from analyzer.analysis import Analysis
+from analyzer.views import figures, summary
+from analyzer.views import timeline as tl
 
-from . import figures, inputs, summary
-from . import timeline as tl
+from . import inputs
 from .layout import kpi_rows
 
 MAX_COLLECTIVE_ROWS = 200

@@ -8,8 +8,8 @@ cell says who is in which state. The figure is ``analyzer.report.hang_grid``'s, 
 from __future__ import annotations
 
 from analyzer.hang_analysis import HangAnalysis
-from analyzer.views import grid_cells, grid_figure, ranks_text
-from analyzer.views import hang_headline as headline
+from analyzer.views.hang import headline, ranks_text
+from analyzer.views.hang_grid import grid_cells, grid_figure
 
 
 def cell_details(a: HangAnalysis, label: str, seq: int) -> str:

@@ -11,9 +11,10 @@ from dash.dash_table.Format import Format, Scheme
 
 from analyzer.analysis import Analysis
 from analyzer.rules import NS_PER_US
-from analyzer.views import headline
+from analyzer.views import figures, summary
+from analyzer.views.verdict import headline
 
-from . import critical, dimensions, export, figures, pipeline, summary
+from . import critical, dimensions, export, pipeline
 
 # (id, header, ranks column): the KPI table; ids double as the JSON ``ranks[]`` keys except step time
 KPI_COLUMNS = (
@@ -88,7 +89,8 @@ def _section(title: str, *children, id_: str | None = None) -> html.Section:
                         id=id_ or f"section-{title.lower().replace(' ', '-')}")
 
 
-def build_layout(a: Analysis) -> html.Div:
+def build_layout(a: Analysis, download: bool = False) -> html.Div:
+    """``download``: the export panel (the app registers its callbacks only with a trace writer)."""
     src = a.source
     steps = sorted(set(a.steps["step"].to_list())) if a.steps.height else []
     fit = a.clock
@@ -114,7 +116,7 @@ def build_layout(a: Analysis) -> html.Div:
                  children=[html.Span("No selection: click a rank, step or collective.", id="selection-text"),
                            html.Button("clear selection", id="clear-selection", n_clicks=0,
                                        style={"marginLeft": "16px"}),
-                           export.section(a)]),
+                           *([export.section(a)] if download else [])]),
         _section("Ranks", dash_table.DataTable(
             id="kpi-table", columns=kpi_columns, **_kpi_paging(a),
             style_table=TABLE_STYLE, style_cell=CELL_STYLE, fixed_rows={"headers": True},

@@ -75,7 +75,7 @@ def test_verdict_names_the_root_in_hybrid_jobs(tmp_path: Path, ranks: int, tp: i
     assert direct.via == () and direct.peers == (tp - 1) + (dp - 1)
     block = set(range(late - late % tp, late - late % tp + tp)) - {late}
     assert set(hop.via) == block and hop.groups == tp - 1 and hop.peers == (tp - 1) * (dp - 1)
-    from analyzer.report.verdict import headline
+    from analyzer.views.verdict import headline
 
     said = " ".join(headline(a))
     assert f"Rank {late} delayed {direct.peers} ranks directly (its tensor-parallel group" in said

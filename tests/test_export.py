@@ -273,10 +273,10 @@ def test_real_traces(folder: Path, matched: bool) -> None:
 def test_dashboard_downloads_the_selected_step(gen) -> None:
     import base64
 
-    from dashboards.app import create_app
+    from analyzer.compose import dashboard_app
 
     _, _, a = gen
-    client = create_app(a).server.test_client()
+    client = dashboard_app(a).server.test_client()
     sel = {"rank": None, "step": 3, "collective": None}
     body = {"output": "export-download.data", "outputs": {"id": "export-download", "property": "data"},
             "inputs": [{"id": "export-button", "property": "n_clicks", "value": 1}],

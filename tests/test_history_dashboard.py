@@ -10,8 +10,8 @@ import statistics
 
 import pytest
 
+from analyzer.compose import history_app as create_app  # as served: /run/<RUN> opens the full report
 from analyzer.history.record import add
-from dashboards.history import create_app
 from tests.helpers import ROOT, run
 
 SAMPLE = ROOT / "sample_traces" / "gpu_h200" / "compute_straggler"

@@ -1,4 +1,4 @@
-"""dashboards.summary: the many-ranks views carry the JSON numbers and pick the right focus ranks."""
+"""analyzer.views.summary: the many-ranks views carry the JSON numbers and pick the right focus ranks."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from analyzer.analysis import analyze
 from analyzer.ingest.loader import LoadOptions, load
 from analyzer.report.json import to_dict
-from dashboards import figures, summary
+from analyzer.views import figures, summary
 
 
 @pytest.fixture(scope="module")

@@ -16,8 +16,8 @@ import polars as pl
 from ..analysis import Analysis
 from ..metrics.stragglers import Verdict
 from ..rules import NS_PER_MS, NS_PER_US
-from .counterfactual import counterfactual_dict
-from .whatif import critical_path_records, whatif_dict
+from ..views.counterfactual import counterfactual_dict
+from ..views.whatif import critical_path_records, whatif_dict
 
 SCHEMA = "commscope.analysis/1"
 

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from ..analysis import Analysis
-from .dimensions import COLUMNS as DIM_COLUMNS
-from .dimensions import summary as dim_summary
-from .inspector import tables as inspector_tables
-from .verdict import headline
-from .whatif import sentence as whatif_sentence
+from ..views.dimensions import COLUMNS as DIM_COLUMNS
+from ..views.dimensions import summary as dim_summary
+from ..views.inspector import tables as inspector_tables
+from ..views.verdict import headline
+from ..views.whatif import sentence as whatif_sentence
 
 # (ranks column, header): the key numbers a reviewer needs, in the text report's order
 RANK_COLUMNS = (

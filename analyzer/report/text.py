@@ -12,12 +12,12 @@ from rich.table import Table
 
 from ..analysis import Analysis
 from ..rules import NS_PER_US, size_text
-from .dimensions import summary as dim_summary
-from .inspector import cell as inspector_cell
-from .inspector import tables as inspector_tables
-from .verdict import headline
-from .whatif import sentence as whatif_sentence
-from .whatif import text_lines as whatif_lines
+from ..views.dimensions import summary as dim_summary
+from ..views.inspector import cell as inspector_cell
+from ..views.inspector import tables as inspector_tables
+from ..views.verdict import headline
+from ..views.whatif import sentence as whatif_sentence
+from ..views.whatif import text_lines as whatif_lines
 
 
 def _f(x: object, digits: int = 1) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from analyzer.analysis import Analysis
+from ..analysis import Analysis
 
 MANY_RANKS = 128  # above this, per-rank traces and lanes give way to summaries
 FOCUS_LANES = 12  # timeline lanes drawn when the ranks are many

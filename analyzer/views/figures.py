@@ -1,8 +1,8 @@
-"""Pure presenters: Analysis -> plotly figures. No Dash, no metric computation.
+"""The figures both the dashboard and the static HTML report draw: Analysis -> plotly figures.
 
-Every number drawn comes from the Analysis tables the JSON report serializes (``ranks``, ``steps``,
-``collectives``, ``bandwidth``); the timeline draws the GPU table on the aligned clock, downsampled.
-The static HTML report imports this module too, so it must not import Dash.
+No Dash, no metric computation. Every number drawn comes from the Analysis tables the JSON report
+serializes (``ranks``, ``steps``, ``collectives``, ``bandwidth``); the timeline draws the GPU table on
+the aligned clock, downsampled. The HTML report imports this module too, so it must not import Dash.
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ import plotly.graph_objects as go
 import polars as pl
 from plotly.subplots import make_subplots
 
-from analyzer.analysis import Analysis
-from analyzer.rules import NS_PER_MS
-
-from . import inputs, summary
+from ..analysis import Analysis
+from ..rules import NS_PER_MS
+from . import summary
 from . import timeline as tl
+from .axis import window as axis_window
 
 COLORS = {
     "compute": "#4C78A8", "overlapped": "#B279A2", "exposed_wait": "#E45756", "exposed_transfer": "#F58518",
@@ -126,8 +126,8 @@ def timeline_figure(a: Analysis, ranks: Sequence[int] | None = None, window_ms: 
         gpu = gpu.filter(pl.col("rank").is_in(list(ranks)))
     if gpu.height == 0:
         return _empty("GPU timeline", "no GPU activity for this selection")
-    if window_ms is not None:  # a client's zoom: finite and within int64 ns once converted (inputs.window)
-        window_ms = inputs.window(*window_ms)  # None (the whole window) when empty or not numbers
+    if window_ms is not None:  # a client's zoom: finite and within int64 ns once converted
+        window_ms = axis_window(*window_ms)  # None (the whole window) when empty or not numbers
     window = None if window_ms is None else (int(window_ms[0] * NS_PER_MS), int(window_ms[1] * NS_PER_MS))
     lane_cols = ["rank", "stream"] if by_stream or expand_rank is not None else ["rank"]
     if not by_stream and expand_rank is not None:
