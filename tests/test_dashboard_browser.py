@@ -254,7 +254,7 @@ def test_hundreds_of_ranks_are_summarized(browser, tmp_path_factory):
     write_kineto(build(Scenario(ranks=192, steps=3, tp=8, late_ranks={77: (2_000_000, "host")})), out)
     a = analyze(load([out], LoadOptions(cache=False)))
     assert a.ranks.height == 192 > MANY_RANKS
-    top = int(a.ranks.sort("caused_wait_ms", descending=True)["rank"][0])
+    top = int(a.ranks.sort("caused_wait_ns", descending=True)["rank"][0])
     assert top == 77  # the late rank caused the most wait
     address, server, thread = serve(a)
     w = None

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from analyzer.analysis import analyze
+from analyzer.compose import dashboard_app
 from analyzer.ingest.loader import LoadOptions, load
 from analyzer.views import summary
 from dashboards.app import DEFAULT_MAX_REQUEST_BYTES, create_app
@@ -67,9 +68,9 @@ def _check(resp) -> None:
 
 
 def _apps(analysis, monkeypatch):
-    yield create_app(analysis)
+    yield dashboard_app(analysis)  # as served: with the export panel's callbacks
     monkeypatch.setattr(summary, "MANY_RANKS", 2)  # the many-ranks views and their paging callback
-    yield create_app(analysis)
+    yield dashboard_app(analysis)
 
 
 def test_every_callback_survives_malformed_inputs(analysis, monkeypatch) -> None:

@@ -9,6 +9,7 @@ from ..views.dimensions import COLUMNS as DIM_COLUMNS
 from ..views.dimensions import summary as dim_summary
 from ..views.inspector import tables as inspector_tables
 from ..views.selection import command_line
+from ..views.units import ms_tables
 from ..views.verdict import headline
 from ..views.whatif import sentence as whatif_sentence
 from .markdown import COLLECTIVE_COLUMNS, RANK_COLUMNS, TOP_COLLECTIVES, cell
@@ -65,7 +66,7 @@ def render(a: Analysis) -> str:
     if a.ranks.height:
         parts.append("<h2>Per rank</h2><p class=\"muted\">Whole captured window; step time is the mean over "
                      "profiled steps.</p>")
-        rows = [[cell(r.get(k)) for k, _ in RANK_COLUMNS] for r in a.ranks.to_dicts()]
+        rows = [[cell(r.get(k)) for k, _ in RANK_COLUMNS] for r in ms_tables(a).ranks.to_dicts()]
         parts.append(html_table([h for _, h in RANK_COLUMNS], rows))
     dims = dim_summary(a)
     if dims:
@@ -73,7 +74,7 @@ def render(a: Analysis) -> str:
         parts.append(html_table([h for _, h, _ in DIM_COLUMNS], [[cell(r.get(k), d) for k, _, d in DIM_COLUMNS]
                                                                   for r in dims]))
     if a.collectives.height:
-        top = a.collectives.sort("total_wait_ms", descending=True, nulls_last=True).head(TOP_COLLECTIVES)
+        top = ms_tables(a).collectives.sort("total_wait_ms", descending=True, nulls_last=True).head(TOP_COLLECTIVES)
         parts.append(f"<h2>Top {top.height} collectives by wait</h2>")
         rows = [[cell(r.get(k), d) for k, _, d in COLLECTIVE_COLUMNS] for r in top.to_dicts()]
         parts.append(html_table([h for _, h, _ in COLLECTIVE_COLUMNS], rows))

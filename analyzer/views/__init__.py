@@ -24,12 +24,12 @@ from .dimensions import COLUMNS as DIMENSION_COLUMNS
 from .dimensions import summary as dimension_summary
 from .hang import headline as hang_headline
 from .hang import ranks_text
-from .units import ms, ms_frame, num
+from .units import ms, ms_frame, ms_tables, num
 from .verdict import chain_text, headline
 from .whatif import critical_path_records, whatif_dict
 from .whatif import sentence as whatif_sentence
 
 __all__ = [
     "DIMENSION_COLUMNS", "chain_text", "critical_path_records", "dimension_summary", "hang_headline", "headline",
-    "ms", "ms_frame", "num", "ranks_text", "whatif_dict", "whatif_sentence",
+    "ms", "ms_frame", "ms_tables", "num", "ranks_text", "whatif_dict", "whatif_sentence",
 ]

@@ -19,6 +19,7 @@ from ..rules import NS_PER_MS
 from . import summary
 from . import timeline as tl
 from .axis import window as axis_window
+from .units import ms_tables
 
 COLORS = {
     "compute": "#4C78A8", "overlapped": "#B279A2", "exposed_wait": "#E45756", "exposed_transfer": "#F58518",
@@ -55,7 +56,7 @@ def _empty(title: str, note: str) -> go.Figure:
 
 def breakdown_figure(a: Analysis, selected_rank: int | None = None) -> go.Figure:
     """Stacked per-rank breakdown of the captured window (the six parts sum to ``span_ms``)."""
-    r = a.ranks
+    r = ms_tables(a).ranks
     if r.height == 0:
         return _empty("Time breakdown per rank", "no ranks")
     if summary.many(a):  # one heatmap and six distributions, not six traces of a thousand bars
@@ -80,7 +81,7 @@ def heatmap_figure(a: Analysis, metric: str = "span_ms", selected_rank: int | No
     """Rank × step heatmap of a ``steps`` column: a straggler is a bright row (or a dark one for waits)."""
     if metric not in HEATMAP_METRICS:
         raise ValueError(f"unknown metric {metric!r}; expected one of {', '.join(HEATMAP_METRICS)}")
-    s = a.steps
+    s = ms_tables(a).steps
     title = f"{HEATMAP_METRICS[metric]} per rank and step"
     if s.height == 0:
         return _empty(title, "no step markers in the traces")
@@ -196,7 +197,7 @@ def timeline_figure(a: Analysis, ranks: Sequence[int] | None = None, window_ms: 
 
 def wait_figure(a: Analysis, ranks: Sequence[int] | None = None) -> go.Figure:
     """Per matched collective instance: the longest wait it imposed and the arrival skew, over time."""
-    c = a.collectives
+    c = ms_tables(a).collectives
     if ranks:
         c = c.filter(pl.col("ranks").list.eval(pl.element().is_in(list(ranks))).list.any())
     if c.height == 0:
@@ -230,7 +231,7 @@ def wait_figure(a: Analysis, ranks: Sequence[int] | None = None) -> go.Figure:
 
 def busbw_figure(a: Analysis, ranks: Sequence[int] | None = None) -> go.Figure:
     """Bus bandwidth against message size per operation (nccl-tests busbw); lines are the bucket medians."""
-    c = a.collectives.filter(pl.col("bytes").is_not_null() & pl.col("busbw_gbps").is_not_null())
+    c = ms_tables(a).collectives.filter(pl.col("bytes").is_not_null() & pl.col("busbw_gbps").is_not_null())
     if ranks:
         c = c.filter(pl.col("ranks").list.eval(pl.element().is_in(list(ranks))).list.any())
     if c.height == 0:
@@ -249,7 +250,7 @@ def busbw_figure(a: Analysis, ranks: Sequence[int] | None = None) -> go.Figure:
             x=part["bytes"].to_list(), y=part["busbw_gbps"].to_list(), mode="markers", name=op, legendgroup=op,
             marker={"color": color, "opacity": 0.6}, customdata=part.select("pg", "seq").to_numpy().tolist(),
             hovertemplate="%{customdata[0]}/%{customdata[1]} " + op + "<br>%{x:,} B: %{y:,.2f} GB/s<extra></extra>"))
-        med = a.bandwidth.filter(pl.col("op") == op)
+        med = ms_tables(a).bandwidth.filter(pl.col("op") == op)
         if not ranks and med.height:
             fig.add_trace(go.Scatter(x=med["size_bucket"].to_list(), y=med["busbw_gbps_p50"].to_list(),
                                      mode="lines+markers", name=f"{op} p50", legendgroup=op, showlegend=False,
