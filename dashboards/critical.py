@@ -1,6 +1,6 @@
 """Dashboard view of the critical path and the what-if replay (static: one Analysis, no callbacks).
 
-Every number comes from the JSON report's records (report/whatif.py), so the dashboard and JSON agree.
+Every number comes from the JSON report's records (views/whatif.py), so the dashboard and JSON agree.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Each cell is one collective of one group: green when every member completed it, orange when members
 entered it and wait (none missing), red when some member never entered it or left no dump. Clicking a
-cell says who is in which state. The figure is ``analyzer.report.hang_grid``'s, which the HTML report draws too.
+cell says who is in which state. The figure is ``analyzer.views.hang_grid``'s, which the HTML report draws too.
 """
 
 from __future__ import annotations
