@@ -3,12 +3,12 @@
 ``ms_frame`` turns an Analysis table's ``*_ns`` columns into the ``*_ms`` columns of the JSON contract
 (``transfer_ns_p50`` -> ``transfer_ms_p50``), in place, so column order (and the JSON key order) stays;
 ``ms_tables(a)`` is every table of one Analysis so converted (once per Analysis: a dashboard converts on
-its first request, not on every click). x / 1e6 is the one conversion: done here instead of in the
+its first request, not on every click). x / NS_PER_MS is the one conversion: done here instead of in the
 analysis it gives the same float, so the JSON numbers do not move.
 
-It sits on the ground floor beside ``rules`` (which holds the constants), not in ``views``: the run
-history and ``compare`` store and compare ms too, and they are upstream of the views (``views.trend``
-draws the history's trends). Presenters reach it through ``analyzer.views.units``.
+It sits beside the analysis (the constants are in ``rules``), not in ``views``: the run history and
+``compare`` store and compare ms too, and they are upstream of the views (``views.trend`` draws the
+history's trends). Presenters reach it through ``analyzer.views.units``.
 """
 
 from __future__ import annotations
