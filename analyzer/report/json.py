@@ -17,7 +17,7 @@ from ..analysis import Analysis
 from ..metrics.stragglers import Verdict
 from ..rules import NS_PER_MS, NS_PER_US
 from ..views.counterfactual import counterfactual_dict
-from ..views.units import ms_tables
+from ..views.units import ms_frame, ms_tables
 from ..views.whatif import critical_path_records, whatif_dict
 
 SCHEMA = "commscope.analysis/1"
@@ -192,7 +192,7 @@ def _experts(e: dict | None) -> dict | None:
     if e is None:
         return None
     head = {k: e[k] for k in ("instances", "imbalance_p50", "imbalance_max", "top_receiver")}
-    tables = {k: _records(e[k], tuple(e[k].columns)) for k in ("per_instance", "ranks", "peers")}
+    tables = {k: _records(ms_frame(e[k]), tuple(ms_frame(e[k]).columns)) for k in ("per_instance", "ranks", "peers")}
     return clean({**head, **tables})
 
 
