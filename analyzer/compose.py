@@ -4,7 +4,7 @@ Presenters (``report/``, ``export/``, ``dashboards/``) read an ``Analysis`` and 
 readers and never each other. Three features need more than that, so they are assembled here and handed
 in: the ``export`` command (load, analyze, write), the dashboard's Perfetto download (the export's
 ``write_trace`` given to the app) and the history page's full report of a stored run (load, analyze,
-render HTML). Nothing but the CLI, the library and tests imports this module.
+render HTML). Only the CLI, benchmarks and tests import this module.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .analysis import Analysis
+from .analysis import Analysis, analyze
 from .export import write_trace
 from .export.selection import Selection, parse_list, parse_window
 from .export.tables import MAX_LANES
@@ -29,8 +29,6 @@ def run_export(paths: list[Path], output: Path, fmt: str | None, opts: LoadOptio
     ``fmt`` None: JSON for ``*.json``, else Perfetto protobuf. A failed write leaves no partial file behind.
     """
     fmt = fmt or ("json" if output.suffix == ".json" else "pftrace")
-    from .analysis import analyze
-
     sel = Selection(ranks=parse_list(ranks, "ranks"), steps=parse_list(steps, "steps"), window_ms=parse_window(window),
                     host=host)
     a = analyze(load(paths, opts))
@@ -54,7 +52,6 @@ def dashboard_app(a: Analysis, **options: int) -> dash.Dash:
 
 def full_report(paths: list[Path]) -> str:
     """A stored run's full HTML report, analyzed again from its trace files (the history page's /run/<RUN>)."""
-    from .analysis import analyze
     from .report.html import render
 
     return render(analyze(load(paths, LoadOptions())))
