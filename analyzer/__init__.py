@@ -23,11 +23,12 @@ def analyze(*paths: str | PathLike[str], ranks: Iterable[int] | None = None, ste
     """Analyze trace files or folders of ranks: the same ``Analysis`` that ``commscope analyze`` renders.
 
     Its tables (``ranks``, ``steps``, ``collectives``, ``bandwidth``, ``ranking``) are Polars DataFrames with the
-    columns of the JSON report (times in ms); ``verdict``, ``clock``, ``matching``, ``warnings`` and ``source`` are
-    the rest of it. Keywords match the CLI options: ``ranks`` (keep only these), ``step_marker`` (a regular
-    expression for step annotations), ``jobs`` (worker processes; default: the cores), ``cache`` (the Parquet
-    cache), ``rank_map`` (file name -> rank), and the input limits ``max_inflated_bytes``, ``max_inflate_ratio``,
-    ``max_events``, ``max_json_depth`` (``analyzer.ingest.limits``). Bad input raises ``analyzer.errors.CommscopeError``.
+    columns of the JSON report, times in ns (``compute_ns``); ``analyzer.units.ms_tables(a)`` gives them in ms
+    under the report's names. ``verdict``, ``clock``, ``matching``, ``warnings`` and ``source`` are the rest of it.
+    Keywords match the CLI options: ``ranks`` (keep only these), ``step_marker`` (a regular expression for step
+    annotations), ``jobs`` (worker processes; default: the cores), ``cache`` (the Parquet cache), ``rank_map``
+    (file name -> rank), and the input limits ``max_inflated_bytes``, ``max_inflate_ratio``, ``max_events``,
+    ``max_json_depth`` (``analyzer.ingest.limits``). Bad input raises ``analyzer.errors.CommscopeError``.
     """
     from pathlib import Path
 

@@ -12,8 +12,8 @@ from .crossrank import align, graph, match, step_sync
 from .crossrank.collectives import bus_factor_expr
 from .metrics import blame, critical_path, dimensions, experts, inspector_folded, overlap, pipeline, stragglers, waits
 from .metrics import inspector as inspector_metrics
-from .model import TraceSet
-from .rules import NS_PER_MS, NS_PER_US
+from .model import RankMeta, TraceSet
+from .rules import NS_PER_US
 from .whatif import counterfactual
 from .whatif import scenarios as whatif
 
@@ -21,9 +21,11 @@ from .whatif import scenarios as whatif
 @dataclass(frozen=True)
 class Analysis:
     source: dict
-    ranks: pl.DataFrame  # one row per rank, whole captured window (ms)
-    steps: pl.DataFrame  # one row per (rank, step) (ms)
-    collectives: pl.DataFrame  # one row per matched instance (ms, bytes, GB/s)
+    # times are ns (``*_ns``) in every table; presenters turn them into the JSON's ms at the edge
+    # (analyzer.views.units.ms_tables)
+    ranks: pl.DataFrame  # one row per rank, whole captured window
+    steps: pl.DataFrame  # one row per (rank, step)
+    collectives: pl.DataFrame  # one row per matched instance (ns, bytes, GB/s)
     bandwidth: pl.DataFrame  # per operation and size bucket
     ranking: pl.DataFrame  # straggler ranking (by root-caused wait)
     verdict: stragglers.Verdict | None  # the first of ``roots``
@@ -34,7 +36,7 @@ class Analysis:
     warnings: tuple[str, ...]
     traces: TraceSet  # for timelines (dashboard); presenters read tables above for numbers
     process_groups: pl.DataFrame | None = None  # one row per group, with its parallelism dimension
-    dimensions: pl.DataFrame | None = None  # per (rank, dimension) (ms)
+    dimensions: pl.DataFrame | None = None  # per (rank, dimension) (ns)
     pipeline: dict | None = None  # per pipeline stage: bubbles, recv waits (metrics.pipeline.analyze)
     experts: dict | None = None  # all-to-all(v) bytes per peer and imbalance (metrics.experts.analyze)
     graph: graph.Graph | None = None  # cross-rank dependency graph and its clock (critical path, replay, timelines)
@@ -43,10 +45,7 @@ class Analysis:
     kernels: pl.DataFrame | None = None  # the graph's comm-kernel table (Graph.kernels: waits.per_row + k, inst, node)
     inspector: inspector_metrics.InspectorSummary | None = None  # NCCL Inspector input: bandwidth, slow links, waits
     counterfactual: counterfactual.Counterfactual | None = None  # S, attribution, M_W, M_S (decides the verdict)
-
-
-def _ms(cols: list[str]) -> list[pl.Expr]:
-    return [(pl.col(c) / NS_PER_MS).alias(c.replace("_ns", "_ms")) for c in cols]
+    rank_meta: tuple[RankMeta, ...] = ()  # per rank: source file, host, devices, process groups (presenters' names)
 
 
 def analyze(ts: TraceSet, dims: dimensions.Options | None = None, busbw: dict[str, float] | None = None
@@ -182,15 +181,16 @@ def analyze(ts: TraceSet, dims: dimensions.Options | None = None, busbw: dict[st
         warnings=tuple(warnings), traces=ts, graph=dep, critical_path=cpath, whatif=replayed, kernels=dep.kernels,
         process_groups=groups, dimensions=dim_df, pipeline=pipe, experts=experts.analyze(drows), counterfactual=cfx,
         inspector=inspector_folded.summarize(ts.inspector) if ts.inspector is not None else None,
+        rank_meta=tuple(ts.ranks),
     )
 
 
 def _rank_frame(totals: pl.DataFrame, per_step: pl.DataFrame, split: pl.DataFrame, order: pl.DataFrame) -> pl.DataFrame:
     step_stats = per_step.group_by("rank").agg(
         pl.len().alias("steps"),
-        (pl.col("span_ns").mean() / NS_PER_MS).alias("step_time_mean_ms"),
-        (pl.col("span_ns").median() / NS_PER_MS).alias("step_time_p50_ms"),
-        (pl.col("span_ns").max() / NS_PER_MS).alias("step_time_max_ms"),
+        pl.col("span_ns").mean().alias("step_time_mean_ns"),
+        pl.col("span_ns").median().alias("step_time_p50_ns"),
+        pl.col("span_ns").max().alias("step_time_max_ns"),
     )
     whole = split.filter(pl.col("key") == -1).drop("key")
     df = (
@@ -201,13 +201,13 @@ def _rank_frame(totals: pl.DataFrame, per_step: pl.DataFrame, split: pl.DataFram
         .with_columns(pl.col("steps").fill_null(0))
     )
     return df.select(
-        "rank", "steps", "step_time_mean_ms", "step_time_p50_ms", "step_time_max_ms",
-        *_ms(["compute_ns", "comm_ns", "overlapped_comm_ns", "exposed_comm_ns"]),
+        "rank", "steps", "step_time_mean_ns", "step_time_p50_ns", "step_time_max_ns",
+        "compute_ns", "comm_ns", "overlapped_comm_ns", "exposed_comm_ns",
         pl.when(pl.col("comm_ns") > 0).then(100.0 * pl.col("overlapped_comm_ns") / pl.col("comm_ns")).alias("overlap_pct"),
-        *_ms(["exposed_wait_ns", "exposed_transfer_ns", "idle_ns", "memcpy_ns", "wait_ns", "caused_wait_ns",
-              "root_caused_wait_ns", "propagated_wait_ns"]),
+        "exposed_wait_ns", "exposed_transfer_ns", "idle_ns", "memcpy_ns", "wait_ns", "caused_wait_ns",
+        "root_caused_wait_ns", "propagated_wait_ns",
         "last_arrival_pct",
-        *_ms(["span_ns", "busy_ns", "compute_only_ns"]),
+        "span_ns", "busy_ns", "compute_only_ns",
     ).sort("rank")
 
 
@@ -230,10 +230,10 @@ def _step_frame(per_step: pl.DataFrame, split: pl.DataFrame, matched: pl.DataFra
                       pl.col("root_caused_wait_ns").fill_null(0.0))
     )
     return df.select(
-        "rank", "step", (pl.col("start_ns") / NS_PER_MS).alias("start_ms"),
-        *_ms(["span_ns", "compute_ns", "comm_ns", "overlapped_comm_ns", "exposed_comm_ns", "exposed_wait_ns",
-              "exposed_transfer_ns", "compute_only_ns", "memcpy_ns", "idle_ns", "wait_ns", "caused_wait_ns",
-              "root_caused_wait_ns"]),
+        "rank", "step", "start_ns",
+        "span_ns", "compute_ns", "comm_ns", "overlapped_comm_ns", "exposed_comm_ns", "exposed_wait_ns",
+        "exposed_transfer_ns", "compute_only_ns", "memcpy_ns", "idle_ns", "wait_ns", "caused_wait_ns",
+        "root_caused_wait_ns",
         pl.when(pl.col("comm_ns") > 0).then(100.0 * pl.col("overlapped_comm_ns") / pl.col("comm_ns")).alias("overlap_pct"),
     ).sort("rank", "step")
 
@@ -252,13 +252,13 @@ def _collective_frame(itable: pl.DataFrame) -> pl.DataFrame:
     n = pl.coalesce("group_size", pl.col("ranks").list.len())
     return itable.select(
         "pg", "seq", "op", "step", "bytes", "ranks", pl.col("group_size"),
-        *_ms(["transfer_ns", "max_wait_ns", "total_wait_ns", "arrival_skew_ns", "end_skew_ns"]),
+        "transfer_ns", "max_wait_ns", "total_wait_ns", "arrival_skew_ns", "end_skew_ns",
         "last_rank",
         pl.when(pl.col("transfer_ns") > 0).then(pl.col("bytes") / pl.col("transfer_ns")).alias("algbw_gbps"),
         pl.when(pl.col("transfer_ns") > 0)
         .then(pl.col("bytes") / pl.col("transfer_ns") * bus_factor_expr(pl.col("op"), n))
         .alias("busbw_gbps"),
-        (pl.col("first_start_ns") / NS_PER_MS).alias("start_ms"),
+        pl.col("first_start_ns").alias("start_ns"),
         "has_meta",
         *[c for c in ("match_rule", "partial", "dimension", "intra_node") if c in itable.columns],
     )
@@ -273,7 +273,7 @@ def _bandwidth(coll: pl.DataFrame) -> pl.DataFrame:
         .agg(
             pl.len().alias("count"),
             pl.col("bytes").sum().alias("total_bytes"),
-            pl.col("transfer_ms").median().alias("transfer_ms_p50"),
+            pl.col("transfer_ns").median().alias("transfer_ns_p50"),
             pl.col("algbw_gbps").median().alias("algbw_gbps_p50"),
             pl.col("busbw_gbps").median().alias("busbw_gbps_p50"),
             pl.col("busbw_gbps").max().alias("busbw_gbps_max"),

@@ -240,12 +240,14 @@ def dashboard(paths: tuple[Path, ...], host: str, port: int, debug: bool, max_re
         from dashboards.app import serve
 
         from .analysis import analyze as run_analysis
+        from .export import write_trace
         from .ingest.loader import load
 
         opts = load_options(rank_map, step_marker, jobs, ranks, no_cache, layout)
         result = run_analysis(load(list(paths), opts), dim_options(layout, layout_order, gpus_per_host))
         click.echo(f"commscope dashboard: {len(result.source['ranks'])} ranks on http://{host}:{port}/", err=True)
-        serve(result, host=host, port=port, debug=debug, max_request_bytes=max_request_kb * 1024)
+        serve(result, host=host, port=port, debug=debug, max_request_bytes=max_request_kb * 1024,
+              trace_writer=write_trace)  # the Perfetto download (presenters never import each other)
 
     _guard(run)
 
@@ -267,7 +269,7 @@ def export(paths: tuple[Path, ...], output: Path, fmt: str | None, steps_sel: st
 
     def run() -> None:
         start_workers(paths, jobs, not no_cache)
-        from .export import run_export
+        from .compose import run_export
 
         n = run_export(list(paths), output, fmt, load_options(rank_map, step_marker, jobs, None, no_cache),
                        ranks=ranks, steps=steps_sel, window=window, host=host_activity)
@@ -455,13 +457,14 @@ def history_dashboard(store: str | None, host: str, port: int) -> None:
     def run() -> None:
         from dashboards.history import serve
 
+        from .compose import full_report
         from .history.record import check
         from .history.store import default_target
 
         target = store or default_target()
         check(target, create=False)
         click.echo(f"commscope history dashboard: {target} on http://{host}:{port}/", err=True)
-        serve(target, host=host, port=port)
+        serve(target, host=host, port=port, open_run=full_report)
 
     _guard(run)
 

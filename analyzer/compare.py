@@ -22,6 +22,7 @@ from .analysis import Analysis
 from .errors import IncomparableRuns
 from .rules import NS_PER_MS, bucket_label
 from .thresholds import DEFAULTS, METRICS, Rule, Thresholds
+from .units import ms_tables
 
 # compare metric -> column in Analysis.steps (and in Analysis.ranks for the no-steps fallback)
 STEP_COLUMNS: dict[str, str] = {
@@ -184,22 +185,22 @@ def _has_steps(a: Analysis) -> bool:
 def _overall_samples(a: Analysis, col: str, metric: str) -> list[float]:
     """One sample per step (mean over the ranks that have it); without steps, one per rank."""
     if _has_steps(a):
-        per = a.steps.group_by("step").agg(pl.col(col).mean()).sort("step")
+        per = ms_tables(a).steps.group_by("step").agg(pl.col(col).mean()).sort("step")
         return per[col].to_list()
-    rcol = "span_ms" if metric == "step_time_ms" else col
-    return a.ranks[rcol].to_list() if rcol in a.ranks.columns else []
+    rcol, ranks = "span_ms" if metric == "step_time_ms" else col, ms_tables(a).ranks
+    return ranks[rcol].to_list() if rcol in ranks.columns else []
 
 
 def _rank_samples(a: Analysis, col: str, metric: str, rank: int) -> list[float]:
     if _has_steps(a):
-        return a.steps.filter(pl.col("rank") == rank)[col].to_list()
-    rcol = "span_ms" if metric == "step_time_ms" else col
-    return a.ranks.filter(pl.col("rank") == rank)[rcol].to_list() if rcol in a.ranks.columns else []
+        return ms_tables(a).steps.filter(pl.col("rank") == rank)[col].to_list()
+    rcol, ranks = "span_ms" if metric == "step_time_ms" else col, ms_tables(a).ranks
+    return ranks.filter(pl.col("rank") == rank)[rcol].to_list() if rcol in ranks.columns else []
 
 
 
 def _busbw_groups(a: Analysis) -> dict[tuple[str, int], list[float]]:
-    c = a.collectives
+    c = ms_tables(a).collectives
     if c.height == 0:
         return {}
     sized = c.filter(pl.col("busbw_gbps").is_not_null() & (pl.col("bytes") > 0))
@@ -310,8 +311,8 @@ def _dimension_samples(a: Analysis) -> dict[str, pl.DataFrame]:
     """Per dimension: each participating rank's value per step (its whole-window total / its steps)."""
     if a.dimensions is None or a.dimensions.height == 0:
         return {}
-    steps = a.ranks.select("rank", pl.col("steps").clip(lower_bound=1).alias("_n"))
-    per = a.dimensions.join(steps, on="rank", how="left").with_columns(
+    steps = ms_tables(a).ranks.select("rank", pl.col("steps").clip(lower_bound=1).alias("_n"))
+    per = ms_tables(a).dimensions.join(steps, on="rank", how="left").with_columns(
         *[(pl.col(m) / pl.col("_n").fill_null(1)).alias(m) for m in DIMENSION_METRICS])
     return {str(d): part for (d,), part in per.partition_by("dimension", as_dict=True).items()}
 

@@ -33,10 +33,10 @@ ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--n
 def one_run(a, browser, rank: int) -> dict:
     from werkzeug.serving import make_server
 
-    from dashboards.app import create_app
+    from analyzer.compose import dashboard_app  # as `commscope dashboard` serves it (with the export panel)
 
     t0 = time.perf_counter()
-    server = make_server("127.0.0.1", 0, create_app(a).server, threaded=True)
+    server = make_server("127.0.0.1", 0, dashboard_app(a).server, threaded=True)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{server.server_port}/"
     urllib.request.urlopen(url, timeout=60).read()

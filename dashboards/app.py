@@ -1,4 +1,8 @@
-"""``create_app(analysis)``: a Dash app over one finished Analysis; ``serve`` runs it (127.0.0.1 by default)."""
+"""``create_app(analysis)``: a Dash app over one finished Analysis; ``serve`` runs it (127.0.0.1 by default).
+
+With a ``trace_writer`` (``analyzer.export.write_trace``; ``analyzer.compose`` wires it, as ``commscope
+dashboard`` serves it) the page offers the selection as a Perfetto download.
+"""
 
 from __future__ import annotations
 
@@ -7,12 +11,14 @@ import dash
 from analyzer.analysis import Analysis
 
 from . import callbacks, export, guard, layout
+from .export import TraceWriter
 
 # callback requests carry ids, clicks, zoom ranges and the drawn lanes' ranks: a few kB
 DEFAULT_MAX_REQUEST_BYTES = 1 << 20
 
 
-def create_app(analysis: Analysis, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES) -> dash.Dash:
+def create_app(analysis: Analysis, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+               trace_writer: TraceWriter | None = None) -> dash.Dash:
     """The app holds only this analysis: callbacks filter and present it, nothing is read per request.
     A request body over ``max_request_bytes`` is refused (413) before it is read."""
     app = dash.Dash(
@@ -23,17 +29,18 @@ def create_app(analysis: Analysis, max_request_bytes: int = DEFAULT_MAX_REQUEST_
         update_title=None,
         on_error=guard.on_error,  # a callback that raises: a message in the page, never a 500
     )
-    page = layout.build_layout(analysis)
+    page = layout.build_layout(analysis, download=trace_writer is not None)
     page.children = [guard.message_area(), *page.children]
     app.layout = page
     callbacks.register(app, analysis)
-    export.register(app, analysis)
+    if trace_writer is not None:
+        export.register(app, analysis, trace_writer)
     guard.install(app, max_request_bytes)
     return app
 
 
 def serve(analysis: Analysis, host: str = "127.0.0.1", port: int = 8050, debug: bool = False,
-          max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES) -> None:
+          max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES, trace_writer: TraceWriter | None = None) -> None:
     """Blocking: serve the dashboard. Debug (hot reload, dev tools, tracebacks) only when asked for."""
-    app = create_app(analysis, max_request_bytes)
+    app = create_app(analysis, max_request_bytes, trace_writer)
     app.run(host=host, port=port, debug=debug, use_reloader=False, dev_tools_ui=debug, dev_tools_props_check=debug)

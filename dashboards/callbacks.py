@@ -15,9 +15,11 @@ import polars as pl
 from dash import Input, Output, Patch, State, ctx, no_update
 
 from analyzer.analysis import Analysis
+from analyzer.views import figures, summary
+from analyzer.views import timeline as tl
+from analyzer.views.units import ms_tables
 
-from . import figures, inputs, summary
-from . import timeline as tl
+from . import inputs
 from .layout import kpi_rows
 
 MAX_COLLECTIVE_ROWS = 200
@@ -30,7 +32,7 @@ def _int(value: Any) -> int | None:
 
 def collective_rows(a: Analysis, rank: int | None, step: int | None) -> list[dict]:
     """The slowest instances (by longest wait), for the selected rank and step; values as in the JSON."""
-    c = a.collectives
+    c = ms_tables(a).collectives
     if rank is not None:
         c = c.filter(pl.col("ranks").list.contains(rank))
     if step is not None:
@@ -46,7 +48,7 @@ def collective_rows(a: Analysis, rank: int | None, step: int | None) -> list[dic
 
 
 def _collective_window(a: Analysis, pg: str, seq: int) -> tuple[tuple[float, float], list[int]] | None:
-    row = a.collectives.filter((pl.col("pg") == pg) & (pl.col("seq") == seq))
+    row = ms_tables(a).collectives.filter((pl.col("pg") == pg) & (pl.col("seq") == seq))
     if row.height == 0:
         return None
     r = row.row(0, named=True)

@@ -1,6 +1,6 @@
 """Dashboard view of the critical path and the what-if replay (static: one Analysis, no callbacks).
 
-Every number comes from the JSON report's records (report/whatif.py), so the dashboard and JSON agree.
+Every number comes from the JSON report's records (views/whatif.py), so the dashboard and JSON agree.
 """
 
 from __future__ import annotations
@@ -10,8 +10,7 @@ from dash import dash_table, dcc, html
 from dash.dash_table.Format import Format, Scheme
 
 from analyzer.analysis import Analysis
-from analyzer.views import critical_path_records, whatif_dict
-from analyzer.views import whatif_sentence as sentence
+from analyzer.views.whatif import critical_path_records, sentence, whatif_dict
 
 CATEGORIES = (("compute_ms", "compute", "#4c78a8"), ("exposed_transfer_ms", "exposed transfer", "#f58518"),
               ("wait_ms", "wait", "#e45756"), ("host_idle_ms", "host/idle", "#bab0ac"))

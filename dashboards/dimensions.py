@@ -7,8 +7,7 @@ presented unchanged; Dash is imported lazily so importing this module stays chea
 from __future__ import annotations
 
 from analyzer.analysis import Analysis
-from analyzer.views import DIMENSION_COLUMNS as COLUMNS
-from analyzer.views import dimension_summary as summary
+from analyzer.views.dimensions import COLUMNS, summary
 
 GROUP_COLUMNS = (("pg", "pg"), ("desc", "description"), ("size", "size"), ("ranks_text", "ranks"),
                  ("dimension", "dimension"), ("dimension_source", "decided by"), ("intra_node_text", "intra-node"))

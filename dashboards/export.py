@@ -3,11 +3,16 @@
 A rank selected exports that rank, a step that step on every rank, a collective its participants over
 its step. The trace is written in memory from the app's Analysis (nothing is read from disk per
 request) and the equivalent ``commscope export`` command is shown beside the button.
+
+The writer is handed in (``TraceWriter``: ``analyzer.export.write_trace``, wired by ``analyzer.compose``):
+presenters never import each other, and the dashboard needs only "write this selection of this run".
 """
 
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
+from typing import IO
 
 import dash
 import polars as pl
@@ -15,11 +20,13 @@ from dash import Input, Output, State, dcc, html, no_update
 
 from analyzer.analysis import Analysis
 from analyzer.errors import CommscopeError
-from analyzer.export import Selection, command_line, write_trace
+from analyzer.views.selection import Selection, command_line
 
 from . import inputs
 
 SUFFIX = {"pftrace": "pftrace", "json": "json"}
+# (analysis, selection, binary file, format) -> counts: analyzer.export.write_trace
+TraceWriter = Callable[[Analysis, Selection, IO[bytes], str], dict]
 
 
 def selection_of(a: Analysis, sel: dict | None) -> Selection:
@@ -56,13 +63,13 @@ def section(a: Analysis) -> html.Span:
     ])
 
 
-def trace_bytes(a: Analysis, sel: Selection, fmt: str) -> bytes:
+def trace_bytes(a: Analysis, sel: Selection, fmt: str, write: TraceWriter) -> bytes:
     buf = io.BytesIO()
-    write_trace(a, sel, buf, fmt)
+    write(a, sel, buf, fmt)
     return buf.getvalue()
 
 
-def register(app: dash.Dash, a: Analysis) -> None:
+def register(app: dash.Dash, a: Analysis, write: TraceWriter) -> None:
     @app.callback(Output("export-command", "children"), Input("selection", "data"), Input("export-format", "value"))
     def command(sel, fmt):
         fmt = inputs.choice(fmt, SUFFIX, "pftrace")
@@ -75,7 +82,7 @@ def register(app: dash.Dash, a: Analysis) -> None:
         fmt = inputs.choice(fmt, SUFFIX, "pftrace")
         s = selection_of(a, sel)
         try:
-            data = trace_bytes(a, s, fmt)
+            data = trace_bytes(a, s, fmt, write)
         except CommscopeError:
             return no_update
         return dcc.send_bytes(data, filename(s, fmt))

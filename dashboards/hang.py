@@ -2,14 +2,14 @@
 
 Each cell is one collective of one group: green when every member completed it, orange when members
 entered it and wait (none missing), red when some member never entered it or left no dump. Clicking a
-cell says who is in which state. The figure is ``analyzer.report.hang_grid``'s, which the HTML report draws too.
+cell says who is in which state. The figure is ``analyzer.views.hang_grid``'s, which the HTML report draws too.
 """
 
 from __future__ import annotations
 
 from analyzer.hang_analysis import HangAnalysis
-from analyzer.views import grid_cells, grid_figure, ranks_text
-from analyzer.views import hang_headline as headline
+from analyzer.views.hang import headline, ranks_text
+from analyzer.views.hang_grid import grid_cells, grid_figure
 
 
 def cell_details(a: HangAnalysis, label: str, seq: int) -> str:

@@ -3,14 +3,17 @@ summary with a link to ``/run/<RUN>``, which opens that run's full analysis.
 
 ``/run/<RUN>`` re-analyzes the run's stored source paths when every file is still there with the stored
 size and head (fingerprint), and serves the static HTML report of that analysis; otherwise it serves
-the stored summary and says why. The store is read per request: CI jobs keep adding runs. Inputs are
-checked (an unknown metric or run, a malformed click) and answered, never with a server error.
+the stored summary and says why. Loading, analyzing and rendering a report is not a presenter's to do:
+``open_run`` (paths -> the report page; ``analyzer.compose.full_report``) is handed in. The store is read
+per request: CI jobs keep adding runs. Inputs are checked (an unknown metric or run, a malformed click) and
+answered, never with a server error.
 """
 
 from __future__ import annotations
 
 import html as html_lib
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import dash
@@ -21,10 +24,11 @@ from analyzer.errors import CommscopeError
 from analyzer.history import fingerprint
 from analyzer.history.store import Store
 from analyzer.history.trend import Trend, build
-from analyzer.views import num
-from analyzer.views import trend_figure as figure
+from analyzer.views.trend import figure
+from analyzer.views.units import num
 
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:+@/-]{0,199}$")
+OpenRun = Callable[[list[Path]], str]  # a run's trace files -> its full HTML report
 SUMMARY_METRICS = ("step_time_ms", "exposed_comm_ms", "exposed_wait_ms", "exposed_transfer_ms", "overlap_pct",
                    "idle_ms", "wait_ms", "root_caused_wait_ms")
 
@@ -90,7 +94,7 @@ def details(target: str, click: object) -> html.Div:
     ], id="run-summary")
 
 
-def run_page(target: str, run_id: str) -> tuple[str, int]:
+def run_page(target: str, run_id: str, open_run: OpenRun | None = None) -> tuple[str, int]:
     """(HTML, status) for /run/<RUN>: the full report when the traces are unchanged, else the stored summary."""
     if not RUN_ID.match(run_id):
         return _page("commscope", "<p>not a run ID</p>"), 400
@@ -99,13 +103,11 @@ def run_page(target: str, run_id: str) -> tuple[str, int]:
     except CommscopeError as exc:
         return _page("commscope", f"<p>{html_lib.escape(str(exc))}</p>"), 404
     fps = rec["fingerprints"]
-    if fps and all(fingerprint.unchanged(f) for f in fps):
+    if open_run is None:
+        why = "this page was started without the analysis (commscope history dashboard opens full reports)"
+    elif fps and all(fingerprint.unchanged(f) for f in fps):
         try:
-            from analyzer.analysis import analyze
-            from analyzer.ingest.loader import LoadOptions, load
-            from analyzer.report.html import render
-
-            return render(analyze(load([Path(f["path"]) for f in fps], LoadOptions()))), 200
+            return open_run([Path(f["path"]) for f in fps]), 200
         except CommscopeError as exc:
             why = f"the traces could not be analyzed again: {exc}"
     else:
@@ -124,7 +126,7 @@ def _page(title: str, body: str) -> str:
             f"</head><body>{body}</body></html>")
 
 
-def create_app(target: str) -> dash.Dash:
+def create_app(target: str, open_run: OpenRun | None = None) -> dash.Dash:
     app = dash.Dash(__name__, title="commscope history", serve_locally=True, update_title=None)
     t = _trend(target)
     metrics = list(dict.fromkeys(s.metric for s in t.series))
@@ -147,11 +149,11 @@ def create_app(target: str) -> dash.Dash:
 
     @app.server.route("/run/<path:run_id>")
     def _run(run_id: str):  # noqa: ANN202 (a Flask view)
-        text, status = run_page(target, run_id)
+        text, status = run_page(target, run_id, open_run)
         return text, status, {"Content-Type": "text/html; charset=utf-8"}
 
     return app
 
 
-def serve(target: str, host: str = "127.0.0.1", port: int = 8050) -> None:
-    create_app(target).run(host=host, port=port, debug=False, use_reloader=False, dev_tools_ui=False)
+def serve(target: str, host: str = "127.0.0.1", port: int = 8050, open_run: OpenRun | None = None) -> None:
+    create_app(target, open_run).run(host=host, port=port, debug=False, use_reloader=False, dev_tools_ui=False)

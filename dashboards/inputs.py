@@ -3,7 +3,7 @@
 Every callback value comes from the browser, so any of them can be anything JSON allows (and NaN or
 Infinity, which Python's JSON reader accepts). Each function here returns a value of the expected type,
 or None (the callback's "nothing selected"), never raises: ranks and steps must be ones the Analysis has,
-collectives must exist, zoom ranges must be finite, ordered and within ``MAX_AXIS_MS``.
+collectives must exist, zoom ranges must be finite, ordered and within ``analyzer.views.axis.MAX_AXIS_MS``.
 """
 
 from __future__ import annotations
@@ -14,10 +14,9 @@ from typing import Any
 import polars as pl
 
 from analyzer.analysis import Analysis
+from analyzer.views.axis import as_float as as_float  # callbacks check clicked y values with it
+from analyzer.views.axis import window  # zoom ranges: the rule the figures check too
 
-# a zoom is clipped to +-MAX_AXIS_MS (11.6 days) from the timeline's origin: every capture fits, and ns stay
-# far inside int64 (a +-1e308 range overflowed the ms -> ns conversion)
-MAX_AXIS_MS = 1e9
 MAX_INT = 1 << 62  # ranks, steps, sequence numbers and pages beyond this are not ids
 MAX_LIST = 100_000  # longest list taken from a client (timeline lanes: one per rank and stream)
 
@@ -32,19 +31,6 @@ def as_int(value: Any) -> int | None:
         return int(value) if math.isfinite(value) and value.is_integer() and abs(value) <= MAX_INT else None
     if isinstance(value, str) and value.strip().lstrip("-").isdigit() and len(value) < 20:
         return int(value)
-    return None
-
-
-def as_float(value: Any) -> float | None:
-    """A finite number (ints, floats, numeric strings); NaN, infinities and the rest are None."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, (int, float, str)):
-        try:
-            f = float(value)
-        except (ValueError, OverflowError):
-            return None
-        return f if math.isfinite(f) else None
     return None
 
 
@@ -121,7 +107,7 @@ class Known:
 def zoom(relayout: Any) -> tuple[float, float] | str | None:
     """The zoomed x range of a plotly relayoutData, "reset" on autorange, None when it is not an x zoom.
 
-    Ends are finite, the range is not empty, and it is clipped to +-MAX_AXIS_MS."""
+    Ends are finite, the range is not empty, and it is clipped to +-MAX_AXIS_MS (views.axis)."""
     r = as_dict(relayout)
     if not r:
         return None
@@ -131,12 +117,3 @@ def zoom(relayout: Any) -> tuple[float, float] | str | None:
     if lo is None and isinstance(r.get("xaxis.range"), list) and len(r["xaxis.range"]) == 2:
         lo, hi = r["xaxis.range"]
     return window(lo, hi)
-
-
-def window(lo: Any, hi: Any) -> tuple[float, float] | None:
-    """A time range in ms on the timeline's axis: finite, clipped to +-MAX_AXIS_MS, not empty; else None."""
-    lo, hi = as_float(lo), as_float(hi)
-    if lo is None or hi is None:
-        return None
-    lo, hi = max(lo, -MAX_AXIS_MS), min(hi, MAX_AXIS_MS)
-    return (lo, hi) if hi > lo else None

@@ -11,9 +11,11 @@ from dash.dash_table.Format import Format, Scheme
 
 from analyzer.analysis import Analysis
 from analyzer.rules import NS_PER_US
-from analyzer.views import headline
+from analyzer.views import figures, summary
+from analyzer.views.units import ms_tables
+from analyzer.views.verdict import headline
 
-from . import critical, dimensions, export, figures, pipeline, summary
+from . import critical, dimensions, export, pipeline
 
 # (id, header, ranks column): the KPI table; ids double as the JSON ``ranks[]`` keys except step time
 KPI_COLUMNS = (
@@ -46,10 +48,10 @@ CELL_STYLE = {"fontFamily": "system-ui, sans-serif", "fontSize": "13px", "paddin
 
 
 def kpi_rows(a: Analysis) -> list[dict]:
-    """One row per rank straight from ``a.ranks`` (NaN -> None so the cell reads n/a like JSON null)."""
+    """One row per rank from ``a.ranks`` in ms (NaN -> None so the cell reads n/a like JSON null)."""
     cols = [c for _, _, c in KPI_COLUMNS]
     rows = []
-    for rec in a.ranks.select(cols).to_dicts():
+    for rec in ms_tables(a).ranks.select(cols).to_dicts():
         row = {k: (None if isinstance(v, float) and v != v else v) for k, v in rec.items()}
         row["id"] = row["rank"]  # DataTable row_id: a click names the rank even after sorting
         rows.append(row)
@@ -69,7 +71,7 @@ def _kpi_paging(a: Analysis) -> dict:
 def process_group_rows(a: Analysis) -> list[dict]:
     """Process groups as the traces declared them, with how many matched instances each had."""
     seen: dict[str, dict] = {}
-    for meta in a.traces.ranks:
+    for meta in a.rank_meta:
         for pg in meta.process_groups:
             seen.setdefault(pg.name, {"pg": pg.name, "desc": pg.desc, "ranks": summary.members_text(pg.ranks)})
     counts = {pg: n for pg, n in a.collectives.group_by("pg").len().iter_rows()}
@@ -88,7 +90,8 @@ def _section(title: str, *children, id_: str | None = None) -> html.Section:
                         id=id_ or f"section-{title.lower().replace(' ', '-')}")
 
 
-def build_layout(a: Analysis) -> html.Div:
+def build_layout(a: Analysis, download: bool = False) -> html.Div:
+    """``download``: the export panel (the app registers its callbacks only with a trace writer)."""
     src = a.source
     steps = sorted(set(a.steps["step"].to_list())) if a.steps.height else []
     fit = a.clock
@@ -114,7 +117,7 @@ def build_layout(a: Analysis) -> html.Div:
                  children=[html.Span("No selection: click a rank, step or collective.", id="selection-text"),
                            html.Button("clear selection", id="clear-selection", n_clicks=0,
                                        style={"marginLeft": "16px"}),
-                           export.section(a)]),
+                           *([export.section(a)] if download else [])]),
         _section("Ranks", dash_table.DataTable(
             id="kpi-table", columns=kpi_columns, **_kpi_paging(a),
             style_table=TABLE_STYLE, style_cell=CELL_STYLE, fixed_rows={"headers": True},

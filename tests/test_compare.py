@@ -155,12 +155,12 @@ def test_one_noisy_step_does_not_fail(runs: dict[str, Path]) -> None:
     # one step three times as long (a GC pause, a checkpoint): real numbers, one outlier
     noisy = a.steps.with_columns([
         pl.when(pl.col("step") == first).then(pl.col(c) * 3).otherwise(pl.col(c)).alias(c)
-        for c in ("span_ms", "exposed_comm_ms", "exposed_wait_ms", "idle_ms")
+        for c in ("span_ns", "exposed_comm_ns", "exposed_wait_ns", "idle_ns")
     ])
     c = compare(a, replace(a, steps=noisy))
     assert c.passed, [d.metric for d in c.regressions]
     # ... while the same slowdown in every step is a regression
-    slow = a.steps.with_columns(pl.col("span_ms") * 1.3)
+    slow = a.steps.with_columns(pl.col("span_ns") * 1.3)
     c = compare(a, replace(a, steps=slow))
     assert [(d.metric, d.scope) for d in c.regressions][0] == ("step_time_ms", "overall")
 

@@ -17,7 +17,7 @@ import pytest
 from analyzer.analysis import Analysis, analyze
 from analyzer.ingest.loader import LoadOptions, load
 from analyzer.report.json import to_dict
-from analyzer.report.verdict import headline
+from analyzer.views.verdict import headline
 from dashboards.app import create_app
 from dashboards.layout import KPI_COLUMNS
 
@@ -247,14 +247,14 @@ def test_64_ranks_open_and_respond(browser, tmp_path_factory):
 def test_hundreds_of_ranks_are_summarized(browser, tmp_path_factory):
     """Above MANY_RANKS the page draws summaries: a rank × part heatmap with distributions, a paged KPI
     table and a timeline of a few focus ranks (the straggler among them); a click moves the markers."""
-    from dashboards.summary import FOCUS_LANES, MANY_RANKS
+    from analyzer.views.summary import FOCUS_LANES, MANY_RANKS
     from sample_traces.generate import Scenario, build, write_kineto
 
     out = tmp_path_factory.mktemp("ranks192")
     write_kineto(build(Scenario(ranks=192, steps=3, tp=8, late_ranks={77: (2_000_000, "host")})), out)
     a = analyze(load([out], LoadOptions(cache=False)))
     assert a.ranks.height == 192 > MANY_RANKS
-    top = int(a.ranks.sort("caused_wait_ms", descending=True)["rank"][0])
+    top = int(a.ranks.sort("caused_wait_ns", descending=True)["rank"][0])
     assert top == 77  # the late rank caused the most wait
     address, server, thread = serve(a)
     w = None

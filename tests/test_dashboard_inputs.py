@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from analyzer.analysis import analyze
+from analyzer.compose import dashboard_app
 from analyzer.ingest.loader import LoadOptions, load
-from dashboards import summary
+from analyzer.views import summary
 from dashboards.app import DEFAULT_MAX_REQUEST_BYTES, create_app
 
 SAMPLE = Path(__file__).resolve().parents[1] / "sample_traces" / "gpu_h200" / "hybrid_tp_dp"
@@ -67,9 +68,9 @@ def _check(resp) -> None:
 
 
 def _apps(analysis, monkeypatch):
-    yield create_app(analysis)
+    yield dashboard_app(analysis)  # as served: with the export panel's callbacks
     monkeypatch.setattr(summary, "MANY_RANKS", 2)  # the many-ranks views and their paging callback
-    yield create_app(analysis)
+    yield dashboard_app(analysis)
 
 
 def test_every_callback_survives_malformed_inputs(analysis, monkeypatch) -> None:
@@ -97,7 +98,7 @@ def test_every_callback_survives_malformed_inputs(analysis, monkeypatch) -> None
 
 def test_a_raising_callback_answers_in_the_page(analysis, monkeypatch) -> None:
     """Whatever a check missed: the page says the request was ignored, with no traceback and no 500."""
-    from dashboards import figures
+    from analyzer.views import figures
 
     def boom(*_a, **_k):
         raise OverflowError("cannot convert float infinity to integer")

@@ -182,6 +182,6 @@ def test_dashboard_dimension_section_shows_the_report_numbers(tmp_path: Path) ->
     assert set(got) == {"tp", "dp"}
     for dim in ("tp", "dp"):
         per_rank = a.dimensions.filter(pl.col("dimension") == dim)
-        assert got[dim]["comm_ms"] == pytest.approx(per_rank["comm_ms"].mean())
+        assert got[dim]["comm_ms"] == pytest.approx(per_rank["comm_ns"].mean() / 1e6)
         assert got[dim]["source"] == "desc" and got[dim]["groups"] == (4 if dim == "tp" else 2)
     assert {r["dimension"] for r in view.group_rows(a)} == {"world", "tp", "dp"}

@@ -15,6 +15,7 @@ import pytest
 
 from analyzer.analysis import Analysis
 from analyzer.export import Selection, write_trace
+from analyzer.units import ms_tables
 from sample_traces.generate import Scenario, build, write_kineto
 from tests.conftest import SAMPLES, SHARED
 from tests.helpers import cli, run
@@ -103,17 +104,17 @@ def check_trace(a: Analysis, d: Decoded, ranks: list[int] | None = None) -> None
     ctr_track = {u for u, (_, n, c) in d.tracks.items() if c and n.startswith("exposed comm")}
     values = sorted((c["ts"], round(c["value"], 9)) for c in d.counters if c["track"] in ctr_track
                     and c["value"] != 0.0)
-    st = a.steps.join(want_steps.select("rank", "step", "start_ns"), on=["rank", "step"])
+    st = ms_tables(a).steps.join(want_steps.select("rank", "step", "start_ns"), on=["rank", "step"])
     assert values == sorted((s, round(v, 9)) for s, v in st.select("start_ns", "exposed_comm_ms").iter_rows()
                             if v != 0.0)
     # notes: the clock correction and the root-caused (or caused) wait of each rank
-    col = "root_caused_wait_ms" if "root_caused_wait_ms" in a.ranks.columns else "caused_wait_ms"
+    col = "root_caused_wait_ms" if "root_caused_wait_ms" in ms_tables(a).ranks.columns else "caused_wait_ms"
     notes = {}
     for i in d.instants:
         notes.setdefault(i["track"], {}).update(i["args"])
     rank_of = {u: d.processes[p][0] - 1 for u, (p, _, _) in d.tracks.items() if p in d.processes}
     by_rank = {rank_of[u]: v for u, v in notes.items() if u in rank_of}
-    for r, want in a.ranks.select("rank", col).iter_rows():
+    for r, want in ms_tables(a).ranks.select("rank", col).iter_rows():
         if r in ranks:
             assert by_rank[r][col] == pytest.approx(want, abs=1e-9)
             assert by_rank[r]["clock_offset_us"] == _off(a).get(r, 0) / 1e3
@@ -273,10 +274,10 @@ def test_real_traces(folder: Path, matched: bool) -> None:
 def test_dashboard_downloads_the_selected_step(gen) -> None:
     import base64
 
-    from dashboards.app import create_app
+    from analyzer.compose import dashboard_app
 
     _, _, a = gen
-    client = create_app(a).server.test_client()
+    client = dashboard_app(a).server.test_client()
     sel = {"rank": None, "step": 3, "collective": None}
     body = {"output": "export-download.data", "outputs": {"id": "export-download", "property": "data"},
             "inputs": [{"id": "export-button", "property": "n_clicks", "value": 1}],
@@ -316,8 +317,8 @@ def test_root_caused_wait_is_the_note_once_the_analysis_has_it(gen, tmp_path: Pa
     from dataclasses import replace
 
     _, _, a = gen
-    b = replace(a, ranks=a.ranks.with_columns((pl.col("caused_wait_ms") * 0.5 + pl.col("rank")).alias(
-        "root_caused_wait_ms")))
+    b = replace(a, ranks=a.ranks.with_columns((pl.col("caused_wait_ns") * 0.5 + pl.col("rank")).alias(
+        "root_caused_wait_ns")))
     d = decode(_export(b, tmp_path))
     check_trace(b, d)
     names = [i["name"] for i in d.instants]

@@ -1,4 +1,4 @@
-"""dashboards.figures: pure figures whose numbers are the JSON report's numbers; timeline downsampling."""
+"""analyzer.views.figures: pure figures whose numbers are the JSON report's numbers; timeline downsampling."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import pytest
 from analyzer.analysis import analyze
 from analyzer.ingest.loader import LoadOptions, load
 from analyzer.report.json import to_dict
-from dashboards import figures
-from dashboards import timeline as tl
+from analyzer.views import figures
+from analyzer.views import timeline as tl
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "sample_traces" / "gpu_h200" / "hybrid_tp_dp"
@@ -174,5 +174,5 @@ def test_every_figure_uses_a_trace_type_of_the_shipped_cartesian_bundle(analysis
 
 
 def test_figures_import_without_dash():
-    code = "import sys, dashboards.figures; assert 'dash' not in sys.modules, 'figures pulled in dash'"
+    code = "import sys, analyzer.views.figures; assert 'dash' not in sys.modules, 'figures pulled in dash'"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)

@@ -16,7 +16,7 @@ import pytest
 from analyzer.hang_analysis import analyze_dumps
 from analyzer.ingest import flight_recorder as fr
 from analyzer.ingest.discover import flight_recorder_files
-from analyzer.report.hang import headline
+from analyzer.views.hang import headline
 from dashboards.hang import create_hang_app
 
 pytestmark = pytest.mark.browser

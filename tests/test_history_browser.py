@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from analyzer.compose import history_app as create_app  # as served: /run/<RUN> opens the full report
 from analyzer.history.record import add
-from dashboards.history import create_app
 from tests.helpers import ROOT, run
 
 pytestmark = pytest.mark.browser

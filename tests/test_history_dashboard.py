@@ -10,8 +10,9 @@ import statistics
 
 import pytest
 
+from analyzer.compose import history_app as create_app  # as served: /run/<RUN> opens the full report
 from analyzer.history.record import add
-from dashboards.history import create_app
+from analyzer.units import ms_tables
 from tests.helpers import ROOT, run
 
 SAMPLE = ROOT / "sample_traces" / "gpu_h200" / "compute_straggler"
@@ -46,7 +47,7 @@ def test_plot_points_are_the_stored_runs(store):
     line = [d for d in fig["data"] if d["name"] == "run"][0]
     assert line["customdata"] == ["r1", "r2"] and line["x"] == [1, 2]
     per_step: dict[int, list[float]] = {}
-    for r in a.steps.to_dicts():
+    for r in ms_tables(a).steps.to_dicts():
         per_step.setdefault(r["step"], []).append(r["span_ms"])
     assert line["y"][0] == pytest.approx(statistics.median(statistics.fmean(v) for v in per_step.values()))
 

@@ -118,7 +118,7 @@ def test_every_module_imports_and_every_import_is_declared(venv: tuple[Path, Pat
     env_dir, work = venv
     out = json.loads(_run([env_dir / "bin" / "python", "-c", _CHECK], cwd=work).stdout)
     assert {"analyzer.cli", "analyzer.compare", "analyzer.ingest.kineto", "analyzer.metrics.overlap",
-            "dashboards.app", "dashboards.figures"} <= set(out["modules"])
+            "dashboards.app", "analyzer.views.figures"} <= set(out["modules"])
     site = str(env_dir.resolve())
     assert all(str(Path(f).resolve()).startswith(site) for f in out["files"].values()), out["files"]
     assert out["undeclared"] == {}, f"imported but not declared in pyproject.toml: {out['undeclared']}"

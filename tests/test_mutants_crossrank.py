@@ -396,25 +396,25 @@ def test_per_dimension_split_bandwidth_and_root_caused_wait_by_hand() -> None:
     }
     for key, (comm, exp, ew, et, wait, root, bw) in want.items():
         row = ns[key]
-        got_ns = [row[c] * 1e6 for c in ("comm_ms", "exposed_comm_ms", "exposed_wait_ms", "exposed_transfer_ms",
-                                         "wait_ms", "root_caused_wait_ms")]
+        got_ns = [row[c] for c in ("comm_ns", "exposed_comm_ns", "exposed_wait_ns", "exposed_transfer_ns",
+                                   "wait_ns", "root_caused_wait_ns")]
         assert got_ns == pytest.approx([comm, exp, ew, et, wait, root], abs=1e-6), key
         assert row["busbw_gbps_p50"] == (None if bw is None else pytest.approx(bw, rel=1e-12)), key
     # rank 1 root-caused wait suffered in a dp collective it has no kernel in: a row of its own
-    assert ns[(1, "dp")]["root_caused_wait_ms"] * 1e6 == pytest.approx(150.0) and ns[(1, "dp")]["comm_ms"] is None
+    assert ns[(1, "dp")]["root_caused_wait_ns"] == pytest.approx(150.0) and ns[(1, "dp")]["comm_ns"] is None
 
 
 def test_per_dimension_without_blame_or_kernels() -> None:
     from analyzer.metrics import dimensions as dm
 
-    cols = ["rank", "dimension", "comm_ms", "exposed_comm_ms", "exposed_wait_ms", "exposed_transfer_ms", "wait_ms",
-            "root_caused_wait_ms", "busbw_gbps_p50"]
+    cols = ["rank", "dimension", "comm_ns", "exposed_comm_ns", "exposed_wait_ns", "exposed_transfer_ns", "wait_ns",
+            "root_caused_wait_ns", "busbw_gbps_p50"]
     rows = pl.DataFrame(KERNELS, orient="row", schema=_KERNEL_SCHEMA)
     got = dm.per_rank(rows, _gpu(), [0, 1])
-    assert got.columns == cols and got["root_caused_wait_ms"].to_list() == [None] * 7
+    assert got.columns == cols and got["root_caused_wait_ns"].to_list() == [None] * 7
     one = dm.per_rank(rows.head(1), _gpu(), [0, 1], rows.head(0).select(
         pl.col("rank").alias("root_rank"), "instance", pl.col("wait_ns").cast(pl.Float64).alias("amount_ns")))
-    assert one.select("rank", "dimension", "comm_ms", "root_caused_wait_ms").rows() == [(0, "tp", 100 / 1e6, 0.0)]
+    assert one.select("rank", "dimension", "comm_ns", "root_caused_wait_ns").rows() == [(0, "tp", 100, 0.0)]
     empty = dm.per_rank(rows.head(0), _gpu(), [0, 1])
     assert empty.height == 0 and empty.columns == cols and empty.schema["rank"] == pl.Int32
 

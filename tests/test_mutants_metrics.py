@@ -94,9 +94,9 @@ def test_experts_hand_built_tie_peers_order_and_per_instance_fields() -> None:
     # per instance, in order of start (ties by instance): c, a, b, d, e, f; the tie for most received goes to rank 5
     per = ex["per_instance"]
     assert per.columns == ["pg", "step", "ranks", "recv_bytes_max", "recv_bytes_mean", "imbalance", "top_rank",
-                           "max_wait_ms"]
+                           "max_wait_ns"]
     want = [{"pg": "7", "step": st, "ranks": 3, "recv_bytes_max": 32.0, "recv_bytes_mean": pytest.approx(mean),
-             "imbalance": pytest.approx(32 / mean), "top_rank": 5, "max_wait_ms": max([0, *w.values()]) / 1e6}
+             "imbalance": pytest.approx(32 / mean), "top_rank": 5, "max_wait_ns": max([0, *w.values()])}
             for _, st, _, w in sorted(TIE_INSTANCES, key=lambda x: (x[2], x[0]))]
     assert per.to_dicts() == want
     # bytes per (src, dst): n instances x rows x ROW, zero pairs left out, sorted by src then dst
@@ -189,9 +189,9 @@ def test_experts_keep_only_matched_all_to_all_with_split_sizes() -> None:
 
 def test_experts_without_a_wait_column_have_null_max_wait() -> None:
     ex = experts.analyze(_a2a(TIE, GROUP).drop("wait_ns"))
-    assert ex is not None and ex["per_instance"]["max_wait_ms"].to_list() == [None]
+    assert ex is not None and ex["per_instance"]["max_wait_ns"].to_list() == [None]
     ex = experts.analyze(_a2a(TIE, GROUP, waits={7: 2_500_000}))
-    assert ex is not None and ex["per_instance"]["max_wait_ms"].to_list() == [2.5]
+    assert ex is not None and ex["per_instance"]["max_wait_ns"].to_list() == [2_500_000]
 
 
 def test_experts_order_instances_by_start_then_name_and_peers_by_source_then_destination() -> None:

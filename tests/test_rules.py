@@ -98,18 +98,3 @@ def test_step_marker() -> None:
     assert nvtx.search("ProfilerStep#12, seq = 3").group(1) == "12"  # NVTX ranges may carry suffixes
     assert rx.search("Step#12") is None and nvtx.search("Step#12") is None
 
-
-# a run-history page serves a stored run's whole HTML report: that page is the report, not a shared view
-_WHOLE_REPORT = {("dashboards/history.py", "analyzer.report.html")}
-
-
-def test_other_presenters_read_report_only_through_views() -> None:
-    rx = re.compile(r"^\s*from (analyzer\.report(?:\.\w+)?|\.\.report(?:\.\w+)?) import", re.M)
-    found = []
-    for p in [*(ROOT / "dashboards").rglob("*.py"), *(ROOT / "analyzer" / "export").rglob("*.py")]:
-        rel = str(p.relative_to(ROOT))
-        for m in rx.finditer(p.read_text()):
-            mod = m.group(1).replace("..report", "analyzer.report")
-            if mod != "analyzer.views" and (rel, mod) not in _WHOLE_REPORT:
-                found.append(f"{rel}: {m.group(0).strip()}")
-    assert found == [], "import analyzer.views instead:\n" + "\n".join(found)

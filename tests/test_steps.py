@@ -7,6 +7,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from analyzer.units import ms_tables
 from sample_traces.generate import Scenario, build, write_kineto
 from tests.helpers import run
 
@@ -36,6 +37,7 @@ def test_partial_annotations_are_tiled_and_give_the_full_per_step_totals(tmp_pat
     _write(tmp_path / "full")
     _write(tmp_path / "partial", cover=0.15)
     full, partial = run(tmp_path / "full"), run(tmp_path / "partial")
+    full_ms, partial_ms = ms_tables(full), ms_tables(partial)  # the report's numbers
     warning = [w for w in partial.warnings if "step annotations cover only" in w]
     assert len(warning) == 1 and "on rank(s) 0-7" in warning[0] and "tiled" in warning[0]
     assert not [w for w in full.warnings if "step annotations cover only" in w]
@@ -43,12 +45,12 @@ def test_partial_annotations_are_tiled_and_give_the_full_per_step_totals(tmp_pat
     assert all(10 <= c <= 20 for c in cov)
     assert partial.steps.height == full.steps.height == SC.ranks * SC.steps
     for col in PER_STEP:
-        a, b = full.steps[col].to_list(), partial.steps[col].to_list()
+        a, b = full_ms.steps[col].to_list(), partial_ms.steps[col].to_list()
         assert a == pytest.approx(b, abs=1e-6), col
-    assert partial.steps["wait_ms"].sum() > 1.0  # the per-step waits are not all zero
+    assert partial_ms.steps["wait_ms"].sum() > 1.0  # the per-step waits are not all zero
     # tiles: each step runs to the next one's start, so spans add up to the window from the first step
     for r in range(SC.ranks):
-        s = partial.steps.filter(pl.col("rank") == r).sort("step")
+        s = partial_ms.steps.filter(pl.col("rank") == r).sort("step")
         starts = s["start_ms"].to_list()
         spans = s["span_ms"].to_list()
         assert all(abs(starts[i] + spans[i] - starts[i + 1]) < 1e-6 for i in range(len(starts) - 1))
@@ -69,8 +71,8 @@ def test_untiled_partial_annotations_would_lose_the_wait(tmp_path: Path) -> None
     c0 = comm.filter(pl.col("rank") == 0)
     inside = windows.within(c0["start_ns"].to_numpy() - 0, c0["end_ns"].to_numpy()).sum()
     assert inside < 0.2 * (c0["end_ns"] - c0["start_ns"]).sum()
-    assert a.steps.filter(pl.col("rank") == 0)["comm_ms"].sum() == pytest.approx(
-        a.ranks.filter(pl.col("rank") == 0)["comm_ms"][0], rel=1e-6)
+    assert a.steps.filter(pl.col("rank") == 0)["comm_ns"].sum() == pytest.approx(
+        a.ranks.filter(pl.col("rank") == 0)["comm_ns"][0], rel=1e-6)
 
 
 def test_a_kernel_belongs_to_the_step_that_launched_it(tmp_path: Path) -> None:
@@ -80,7 +82,7 @@ def test_a_kernel_belongs_to_the_step_that_launched_it(tmp_path: Path) -> None:
     a = run(tmp_path)
     assert a.matching["unmatched_kernels"] == 0
     assert a.matching["instances"] == len(truth.instances)
-    got = {(r, s): w for r, s, w in a.steps.select("rank", "step", "wait_ms").iter_rows()}
+    got = {(r, s): w / 1e6 for r, s, w in a.steps.select("rank", "step", "wait_ns").iter_rows()}
     for r in range(SC.ranks):
         for step in range(1, SC.steps + 1):
             want = sum(i.wait_ns[r] for i in truth.instances if i.step == step and r in i.ranks) / 1e6

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 import analyzer
-from analyzer.report.verdict import headline
+from analyzer.views.verdict import headline
 
 WHATIF = Path(__file__).resolve().parent.parent / "sample_traces" / "whatif"
 

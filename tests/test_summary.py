@@ -1,4 +1,4 @@
-"""dashboards.summary: the many-ranks views carry the JSON numbers and pick the right focus ranks."""
+"""analyzer.views.summary: the many-ranks views carry the JSON numbers and pick the right focus ranks."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from analyzer.analysis import analyze
 from analyzer.ingest.loader import LoadOptions, load
 from analyzer.report.json import to_dict
-from dashboards import figures, summary
+from analyzer.views import figures, summary
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +35,7 @@ def test_breakdown_heatmap_cells_are_json_rank_numbers(many):
 
 
 def test_focus_ranks_selected_first_then_most_wait_caused(many):
-    top = many.ranks.sort("caused_wait_ms", descending=True)["rank"].to_list()
+    top = many.ranks.sort("caused_wait_ns", descending=True)["rank"].to_list()
     assert top[0] == 101
     lanes = summary.focus_ranks(many)
     assert lanes == sorted(top[: summary.FOCUS_LANES])
@@ -85,7 +85,7 @@ def test_many_ranks_kpi_table_is_sorted_and_paged_on_the_server(many):
     assert len(found) == 1 and len(found[0].data) == size == 50 and found[0].page_count == 4
     assert [r["rank"] for r in found[0].data] == list(range(50))
     # sorted by wait caused, descending: the independent order from the ranks table (ties by rank)
-    expected = many.ranks.sort(["caused_wait_ms", "rank"], descending=[True, False], nulls_last=True)["rank"].to_list()
+    expected = many.ranks.sort(["caused_wait_ns", "rank"], descending=[True, False], nulls_last=True)["rank"].to_list()
     status, out = _kpi_page(app, 2, [{"column_id": "caused_wait_ms", "direction": "desc"}], "kpi-table.sort_by")
     assert status == 200
     assert [r["rank"] for r in out["kpi-table"]["data"]] == expected[:50]  # a new order starts at page 0
@@ -94,6 +94,6 @@ def test_many_ranks_kpi_table_is_sorted_and_paged_on_the_server(many):
     assert [r["rank"] for r in out["kpi-table"]["data"]] == expected[50:100]
     assert out["kpi-table"]["page_current"] == 1
     # ascending: n/a would come last, equal values in rank order
-    asc = many.ranks.sort(["caused_wait_ms", "rank"], nulls_last=True)["rank"].to_list()
+    asc = many.ranks.sort(["caused_wait_ns", "rank"], nulls_last=True)["rank"].to_list()
     status, out = _kpi_page(app, 3, [{"column_id": "caused_wait_ms", "direction": "asc"}], "kpi-table.page_current")
     assert [r["rank"] for r in out["kpi-table"]["data"]] == asc[150:]

@@ -91,7 +91,7 @@ def write(a: Analysis, p: Plan, f: IO[bytes]) -> dict:
 
 
 def meta_lines(a: Analysis) -> list[str]:
-    from ..views import headline
+    from ..views.verdict import headline
 
     fit = a.clock
     unc = f", uncertainty ±{fit.uncertainty_ns / NS_PER_US:,.1f} us" if fit.uncertainty_ns is not None else ""

@@ -1,19 +1,13 @@
-"""What to export: ranks, steps, an aligned time window, host activity; parsed from the command line."""
+"""What to export, parsed from the command line: ranks, steps, an aligned time window (``Selection`` is a view:
+``analyzer.views.selection``, shared with the report and the dashboard)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from .. import ranklist
 from ..errors import UsageError
+from ..views.selection import Selection
 
-
-@dataclass(frozen=True)
-class Selection:
-    ranks: tuple[int, ...] | None = None  # None: every rank
-    steps: tuple[int, ...] | None = None  # None: the whole captured window
-    window_ms: tuple[float, float] | None = None  # ms on the aligned clock from the run's first GPU event
-    host: bool = False  # host launches and annotations too
+__all__ = ["Selection", "parse_list", "parse_window"]
 
 
 def parse_list(value: str | None, what: str) -> tuple[int, ...] | None:

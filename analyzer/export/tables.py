@@ -23,6 +23,7 @@ from ..analysis import Analysis
 from ..crossrank.graph import Clock, Graph
 from ..errors import UsageError
 from ..rules import NS_PER_MS, NS_PER_US
+from ..views.units import ms_tables
 from .selection import Selection
 
 CHUNK = 16  # ranks computed together: vectorized over them, memory bounded by them
@@ -258,7 +259,7 @@ def _by(df: pl.DataFrame, ranks: tuple[int, ...]) -> dict[int, pl.DataFrame]:
 
 
 def _steps(a: Analysis, st: pl.DataFrame) -> pl.DataFrame:
-    nums = a.steps.select("rank", "step", *[pl.col(c).alias(ARG + c) for c in
+    nums = ms_tables(a).steps.select("rank", "step", *[pl.col(c).alias(ARG + c) for c in
                                             ("span_ms", "exposed_comm_ms", "wait_ms", "caused_wait_ms")])
     return st.sort("rank", "start_ns").join(nums, on=["rank", "step"], how="left").select(
         "rank", pl.lit("steps").alias("track"), pl.int_range(pl.len()).over("rank").cast(pl.Int64).alias("i"),
@@ -288,8 +289,9 @@ def _notes(a: Analysis, p: Plan, ranks: tuple[int, ...], slices: pl.DataFrame) -
     fit = a.clock
     unc = fit.uncertainty_ns / NS_PER_US if fit.uncertainty_ns is not None else None
     unc_text = f" ±{unc:,.1f} us" if unc is not None else ""
-    wait_col = "root_caused_wait_ms" if "root_caused_wait_ms" in a.ranks.columns else "caused_wait_ms"
-    per = {row["rank"]: row for row in a.ranks.filter(pl.col("rank").is_in(ranks)).to_dicts()}
+    ms_ranks = ms_tables(a).ranks  # the Analysis holds ns; the notes read as the JSON's ms
+    wait_col = "root_caused_wait_ms" if "root_caused_wait_ms" in ms_ranks.columns else "caused_wait_ms"
+    per = {row["rank"]: row for row in ms_ranks.filter(pl.col("rank").is_in(ranks)).to_dicts()}
     v = a.verdict
     rows = []
     for r in ranks:  # a few strings per rank: presentation, not a metric

@@ -6,6 +6,7 @@ import polars as pl
 
 from ..analysis import Analysis
 from ..rules import NS_PER_MS, NS_PER_US
+from ..views.units import ms_tables
 from .tables import Plan
 
 FORMAT_VERSION = "commscope.export/1"
@@ -13,7 +14,7 @@ FORMAT_VERSION = "commscope.export/1"
 
 def process_name(a: Analysis, rank: int, device: int | None) -> tuple[str, str]:
     """``rank N (host, GPU d model)`` and a description: source file, clock correction, root-caused wait."""
-    meta = next((m for m in a.traces.ranks if m.rank == rank), None)
+    meta = next((m for m in a.rank_meta if m.rank == rank), None)
     host = (meta.host if meta else None) or "host ?"
     gpu = "GPU ?" if device is None else f"GPU {device}"
     if meta and device is not None and 0 <= device < len(meta.devices):
@@ -23,8 +24,9 @@ def process_name(a: Analysis, rank: int, device: int | None) -> tuple[str, str]:
     lines = [f"source: {meta.source if meta else '?'}",
              f"clock: {off_us:+,.3f} us subtracted ({a.clock.method}"
              + (f", uncertainty ±{unc / NS_PER_US:,.1f} us)" if unc is not None else ")")]
-    col = "root_caused_wait_ms" if "root_caused_wait_ms" in a.ranks.columns else "caused_wait_ms"
-    row = a.ranks.filter(pl.col("rank") == rank)
+    ranks = ms_tables(a).ranks
+    col = "root_caused_wait_ms" if "root_caused_wait_ms" in ranks.columns else "caused_wait_ms"
+    row = ranks.filter(pl.col("rank") == rank)
     if row.height and row[col][0] is not None:
         lines.append(f"{col.removesuffix('_ms').replace('_', ' ')}: {row[col][0]:,.3f} ms; "
                      f"wait suffered: {row['wait_ms'][0]:,.3f} ms")

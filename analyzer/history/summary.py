@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from ..rules import NS_PER_MS
+from ..units import ms_tables
 
 if TYPE_CHECKING:  # the store and trend import this module's schema without the analysis stages
     from ..analysis import Analysis
@@ -70,28 +71,30 @@ def _rows(df: pl.DataFrame, metrics: dict[str, str], keys: dict[str, pl.Expr]) -
 
 def _run_level(a: Analysis) -> pl.DataFrame:
     """The overall value per metric (compare's 'overall' basis)."""
-    cols = {m: c for m, c in STEP_METRICS.items() if c in a.steps.columns}
+    t = ms_tables(a)
+    cols = {m: c for m, c in STEP_METRICS.items() if c in t.steps.columns}
     if a.steps.height:
-        per_step = a.steps.group_by("step").agg(*[pl.col(c).mean().alias(m) for m, c in cols.items()])
+        per_step = t.steps.group_by("step").agg(*[pl.col(c).mean().alias(m) for m, c in cols.items()])
         one = per_step.select(*[pl.col(m).median() for m in cols])
     else:
-        rc = {m: RANK_METRICS[m] for m in cols if RANK_METRICS.get(m) in a.ranks.columns}
-        one = a.ranks.select(*[pl.col(c).mean().alias(m) for m, c in rc.items()])
+        rc = {m: RANK_METRICS[m] for m in cols if RANK_METRICS.get(m) in t.ranks.columns}
+        one = t.ranks.select(*[pl.col(c).mean().alias(m) for m, c in rc.items()])
     if one.height == 0 or not one.columns:
         return pl.DataFrame(schema=ROW_SCHEMA)
     return _rows(one, {m: m for m in one.columns}, {})
 
 
 def _per_step(a: Analysis) -> pl.DataFrame:
-    cols = {m: c for m, c in STEP_METRICS.items() if c in a.steps.columns}
+    steps = ms_tables(a).steps
+    cols = {m: c for m, c in STEP_METRICS.items() if c in steps.columns}
     if a.steps.height == 0:
         return pl.DataFrame(schema=ROW_SCHEMA)
-    per_step = a.steps.group_by("step").agg(*[pl.col(c).mean().alias(m) for m, c in cols.items()]).sort("step")
+    per_step = steps.group_by("step").agg(*[pl.col(c).mean().alias(m) for m, c in cols.items()]).sort("step")
     return _rows(per_step, {m: m for m in cols}, {"step": pl.col("step")})
 
 
 def _dimensions(a: Analysis) -> pl.DataFrame:
-    d = a.dimensions
+    d = ms_tables(a).dimensions
     if d is None or d.height == 0:
         return pl.DataFrame(schema=ROW_SCHEMA)
     metrics = {m: m for m in DIMENSION_METRICS}
@@ -105,7 +108,8 @@ def _intra(df: pl.DataFrame) -> pl.Expr:
 
 
 def _bandwidth(a: Analysis) -> pl.DataFrame:
-    bw, coll = a.bandwidth, a.collectives
+    t = ms_tables(a)
+    bw, coll = t.bandwidth, t.collectives
     parts = []
     if bw.height:
         parts.append(_rows(bw, {m: m for m in BANDWIDTH_METRICS}, {
@@ -148,9 +152,9 @@ def metric_rows(a: Analysis) -> pl.DataFrame:
     rank_keys = {"rank": pl.col("rank")}
     parts = [
         _run_level(a),
-        _rows(a.ranks, RANK_METRICS, rank_keys),
+        _rows(ms_tables(a).ranks, RANK_METRICS, rank_keys),
         _per_step(a),
-        _rows(a.steps, STEP_METRICS, {"rank": pl.col("rank"), "step": pl.col("step")}),
+        _rows(ms_tables(a).steps, STEP_METRICS, {"rank": pl.col("rank"), "step": pl.col("step")}),
         _dimensions(a),
         _bandwidth(a),
         _whatif_and_verdict(a),

@@ -21,7 +21,7 @@ import polars as pl
 
 from ..crossrank.collectives import bus_factor_expr
 from ..errors import UsageError
-from ..rules import NS_PER_MS, P2P_OPS
+from ..rules import P2P_OPS
 from ..timeline import union
 from .flat import FlatAxis
 
@@ -356,9 +356,9 @@ def per_rank(rows: pl.DataFrame, gpu: pl.DataFrame, ranks: list[int],
     Unions are per rank and dimension; exposed = not under any compute kernel of the rank. Ranks are
     laid end to end on one axis so a single interval union serves all of them.
     """
-    schema = {"rank": pl.Int32, "dimension": pl.Utf8, "comm_ms": pl.Float64, "exposed_comm_ms": pl.Float64,
-              "exposed_wait_ms": pl.Float64, "exposed_transfer_ms": pl.Float64, "wait_ms": pl.Float64,
-              "root_caused_wait_ms": pl.Float64, "busbw_gbps_p50": pl.Float64}
+    schema = {"rank": pl.Int32, "dimension": pl.Utf8, "comm_ns": pl.Float64, "exposed_comm_ns": pl.Float64,
+              "exposed_wait_ns": pl.Float64, "exposed_transfer_ns": pl.Float64, "wait_ns": pl.Float64,
+              "root_caused_wait_ns": pl.Float64, "busbw_gbps_p50": pl.Float64}
     if rows.height == 0:
         return pl.DataFrame(schema=schema)
     axis = FlatAxis.of(gpu)
@@ -395,12 +395,12 @@ def per_rank(rows: pl.DataFrame, gpu: pl.DataFrame, ranks: list[int],
         out = out.with_columns(pl.lit(None, dtype=pl.Float64).alias("_root"))
     return out.select(
         pl.col("rank").cast(pl.Int32), "dimension",
-        (pl.col("_len") / NS_PER_MS).alias("comm_ms"), (pl.col("_exp") / NS_PER_MS).alias("exposed_comm_ms"),
-        (pl.col("_kwait") * pl.col("_scale") / NS_PER_MS).alias("exposed_wait_ms"),
-        ((pl.col("_exp") - pl.col("_kwait") * pl.col("_scale")) / NS_PER_MS).alias("exposed_transfer_ms"),
-        (pl.col("wait_ns") / NS_PER_MS).alias("wait_ms"),
-        (pl.col("_root").fill_null(0.0) / NS_PER_MS if flows is not None else pl.lit(None, dtype=pl.Float64))
-        .alias("root_caused_wait_ms"),
+        pl.col("_len").alias("comm_ns"), pl.col("_exp").alias("exposed_comm_ns"),
+        (pl.col("_kwait") * pl.col("_scale")).alias("exposed_wait_ns"),
+        (pl.col("_exp") - pl.col("_kwait") * pl.col("_scale")).alias("exposed_transfer_ns"),
+        pl.col("wait_ns"),
+        (pl.col("_root").fill_null(0.0) if flows is not None else pl.lit(None, dtype=pl.Float64))
+        .alias("root_caused_wait_ns"),
         pl.col("_busbw").alias("busbw_gbps_p50"),
     ).filter(pl.col("rank").is_in(ranks)).sort("rank", pl.col("dimension").replace_strict(
         {d: i for i, d in enumerate(DIMENSIONS)}, default=len(DIMENSIONS), return_dtype=pl.Int32))

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import polars as pl
 
-from ..rules import NS_PER_MS
-
 
 def _per_peer(rows: pl.DataFrame, splits: str, nbytes: str, direction: str) -> pl.DataFrame:
     """rank, instance, peer (global), bytes for one side (sent: in, received: out)."""
@@ -54,8 +52,8 @@ def analyze(rows: pl.DataFrame) -> dict | None:
     )
     info = a2a.group_by("instance").agg(
         pl.col("pg").first(), pl.col("step").min(), pl.col("start_ns").min(),
-        (pl.col("wait_ns").max() / NS_PER_MS).alias("max_wait_ms") if "wait_ns" in a2a.columns
-        else pl.lit(None, dtype=pl.Float64).alias("max_wait_ms"),
+        pl.col("wait_ns").max().alias("max_wait_ns") if "wait_ns" in a2a.columns
+        else pl.lit(None, dtype=pl.Float64).alias("max_wait_ns"),
     )
     per_inst = per_inst.join(info, on="instance").sort("start_ns", "instance")
     pairs = (
@@ -75,7 +73,7 @@ def analyze(rows: pl.DataFrame) -> dict | None:
         "imbalance_max": per_inst["imbalance"].max(),
         "top_receiver": int(top["rank"][0]) if top.height else None,
         "per_instance": per_inst.select("pg", "step", "ranks", "recv_bytes_max", "recv_bytes_mean", "imbalance",
-                                        "top_rank", "max_wait_ms"),
+                                        "top_rank", "max_wait_ns"),
         "ranks": per_rank,
         "peers": pairs,
     }

@@ -5,12 +5,14 @@ from __future__ import annotations
 import html as html_lib
 
 from ..analysis import Analysis
-from .dimensions import COLUMNS as DIM_COLUMNS
-from .dimensions import summary as dim_summary
-from .inspector import tables as inspector_tables
+from ..views.dimensions import COLUMNS as DIM_COLUMNS
+from ..views.dimensions import summary as dim_summary
+from ..views.inspector import tables as inspector_tables
+from ..views.selection import command_line
+from ..views.units import ms_tables
+from ..views.verdict import headline
+from ..views.whatif import sentence as whatif_sentence
 from .markdown import COLLECTIVE_COLUMNS, RANK_COLUMNS, TOP_COLLECTIVES, cell
-from .verdict import headline
-from .whatif import sentence as whatif_sentence
 
 STYLE = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2rem; color: #222; }
@@ -44,7 +46,7 @@ def page(title: str, body: str) -> str:
 
 def _figures(a: Analysis) -> list[str]:
     """The dashboard's main views as static divs; the first carries the whole plotly.js bundle inline."""
-    from dashboards import figures as fg  # lazy: the dashboards package imports analyzer
+    from ..views import figures as fg  # lazy: plotly is imported for HTML only
 
     figs = [fg.breakdown_figure(a), fg.heatmap_figure(a, "span_ms"), fg.heatmap_figure(a, "caused_wait_ms"),
             fg.wait_figure(a), fg.busbw_figure(a), fg.timeline_figure(a)]
@@ -64,7 +66,7 @@ def render(a: Analysis) -> str:
     if a.ranks.height:
         parts.append("<h2>Per rank</h2><p class=\"muted\">Whole captured window; step time is the mean over "
                      "profiled steps.</p>")
-        rows = [[cell(r.get(k)) for k, _ in RANK_COLUMNS] for r in a.ranks.to_dicts()]
+        rows = [[cell(r.get(k)) for k, _ in RANK_COLUMNS] for r in ms_tables(a).ranks.to_dicts()]
         parts.append(html_table([h for _, h in RANK_COLUMNS], rows))
     dims = dim_summary(a)
     if dims:
@@ -72,7 +74,7 @@ def render(a: Analysis) -> str:
         parts.append(html_table([h for _, h, _ in DIM_COLUMNS], [[cell(r.get(k), d) for k, _, d in DIM_COLUMNS]
                                                                   for r in dims]))
     if a.collectives.height:
-        top = a.collectives.sort("total_wait_ms", descending=True, nulls_last=True).head(TOP_COLLECTIVES)
+        top = ms_tables(a).collectives.sort("total_wait_ms", descending=True, nulls_last=True).head(TOP_COLLECTIVES)
         parts.append(f"<h2>Top {top.height} collectives by wait</h2>")
         rows = [[cell(r.get(k), d) for k, _, d in COLLECTIVE_COLUMNS] for r in top.to_dicts()]
         parts.append(html_table([h for _, h, _ in COLLECTIVE_COLUMNS], rows))
@@ -82,8 +84,7 @@ def render(a: Analysis) -> str:
     if a.warnings:
         parts.append("<h2>Warnings</h2><ul>" + "".join(f'<li class="warn">{esc(w)}</li>' for w in a.warnings)
                      + "</ul>")
-    from ..export import command_line  # a full trace is too big to embed: the command that writes it
-
+    # a full trace is too big to embed: the command that writes it
     parts.append('<h2>Merged Perfetto trace</h2><p>Every rank on the aligned clock, for https://ui.perfetto.dev: '
                  f"<code>{esc(command_line(a))}</code></p>")
     parts.append('<p class="muted">Paths: ' + esc(", ".join(str(p) for p in src.get("paths", []))) + "</p>")

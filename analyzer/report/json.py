@@ -16,8 +16,9 @@ import polars as pl
 from ..analysis import Analysis
 from ..metrics.stragglers import Verdict
 from ..rules import NS_PER_MS, NS_PER_US
-from .counterfactual import counterfactual_dict
-from .whatif import critical_path_records, whatif_dict
+from ..views.counterfactual import counterfactual_dict
+from ..views.units import ms_frame, ms_tables
+from ..views.whatif import critical_path_records, whatif_dict
 
 SCHEMA = "commscope.analysis/1"
 
@@ -120,8 +121,9 @@ def _verdict(v: Verdict) -> dict:
 
 
 def to_dict(a: Analysis) -> dict:
+    t = ms_tables(a)  # the Analysis holds ns; the contract is ms
     ranks = []
-    for row in a.ranks.to_dicts():
+    for row in t.ranks.to_dicts():
         rec = {k: row.get(k) for k in RANK_FIELDS}
         rec["step_time_ms"] = {"mean": row["step_time_mean_ms"], "p50": row["step_time_p50_ms"],
                                "max": row["step_time_max_ms"]}
@@ -139,9 +141,9 @@ def to_dict(a: Analysis) -> dict:
         "schema": SCHEMA,
         "source": clean(a.source),
         "ranks": ranks,
-        "steps": _records(a.steps, STEP_FIELDS),
-        "collectives": _records(a.collectives, COLLECTIVE_FIELDS),
-        "bandwidth": _records(a.bandwidth, tuple(a.bandwidth.columns)),
+        "steps": _records(t.steps, STEP_FIELDS),
+        "collectives": _records(t.collectives, COLLECTIVE_FIELDS),
+        "bandwidth": _records(t.bandwidth, tuple(t.bandwidth.columns)),
         "stragglers": {"verdict": roots[0] if roots else None, "roots": roots, "ranking": ranking,
                        "transfer_caused_wait_ms": _number(a.blame.transfer_caused_ns / NS_PER_MS) if a.blame else None,
                        **counterfactual_dict(a)},
@@ -153,7 +155,7 @@ def to_dict(a: Analysis) -> dict:
             "instances": fit.instances,
         }),
         "process_groups": _records(a.process_groups, PROCESS_GROUP_FIELDS) if a.process_groups is not None else [],
-        "dimensions": _records(a.dimensions, DIMENSION_FIELDS) if a.dimensions is not None else [],
+        "dimensions": _records(t.dimensions, DIMENSION_FIELDS) if t.dimensions is not None else [],
         "pipeline": _pipeline(a.pipeline),
         "experts": _experts(a.experts),
         "matching": clean(a.matching),
@@ -190,7 +192,7 @@ def _experts(e: dict | None) -> dict | None:
     if e is None:
         return None
     head = {k: e[k] for k in ("instances", "imbalance_p50", "imbalance_max", "top_receiver")}
-    tables = {k: _records(e[k], tuple(e[k].columns)) for k in ("per_instance", "ranks", "peers")}
+    tables = {k: _records(ms_frame(e[k]), tuple(ms_frame(e[k]).columns)) for k in ("per_instance", "ranks", "peers")}
     return clean({**head, **tables})
 
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from ..analysis import Analysis
-from .dimensions import COLUMNS as DIM_COLUMNS
-from .dimensions import summary as dim_summary
-from .inspector import tables as inspector_tables
-from .verdict import headline
-from .whatif import sentence as whatif_sentence
+from ..views.dimensions import COLUMNS as DIM_COLUMNS
+from ..views.dimensions import summary as dim_summary
+from ..views.inspector import tables as inspector_tables
+from ..views.units import ms_tables
+from ..views.verdict import headline
+from ..views.whatif import sentence as whatif_sentence
 
 # (ranks column, header): the key numbers a reviewer needs, in the text report's order
 RANK_COLUMNS = (
@@ -53,7 +54,7 @@ def render(a: Analysis) -> str:
     lines.append("")
     if a.ranks.height:
         lines += ["### Per rank", "", "_Whole captured window; step time is the mean over profiled steps._", ""]
-        rows = [[cell(r.get(k)) for k, _ in RANK_COLUMNS] for r in a.ranks.to_dicts()]
+        rows = [[cell(r.get(k)) for k, _ in RANK_COLUMNS] for r in ms_tables(a).ranks.to_dicts()]
         lines += table([h for _, h in RANK_COLUMNS], rows) + [""]
     dims = dim_summary(a)
     if dims:
@@ -61,7 +62,7 @@ def render(a: Analysis) -> str:
         lines += table([h for _, h, _ in DIM_COLUMNS], [[cell(r.get(k), d) for k, _, d in DIM_COLUMNS] for r in dims])
         lines.append("")
     if a.collectives.height:
-        top = a.collectives.sort("total_wait_ms", descending=True, nulls_last=True).head(TOP_COLLECTIVES)
+        top = ms_tables(a).collectives.sort("total_wait_ms", descending=True, nulls_last=True).head(TOP_COLLECTIVES)
         lines += [f"### Top {top.height} collectives by wait", ""]
         rows = [[cell(r.get(k), d) for k, _, d in COLLECTIVE_COLUMNS] for r in top.to_dicts()]
         lines += table([h for _, h, _ in COLLECTIVE_COLUMNS], rows) + [""]
@@ -69,7 +70,7 @@ def render(a: Analysis) -> str:
         lines += ["<details><summary>Bandwidth by operation and size</summary>", ""]
         rows = [[cell(r["op"]), cell(r["size_bucket"]), cell(r.get("intra_node")), cell(r["count"]),
                  cell(r["transfer_ms_p50"], 3), cell(r["algbw_gbps_p50"], 2), cell(r["busbw_gbps_p50"], 2)]
-                for r in a.bandwidth.to_dicts()]
+                for r in ms_tables(a).bandwidth.to_dicts()]
         lines += table(["op", "size (bytes)", "intra-node", "count", "transfer ms p50", "algbw GB/s p50",
                         "busbw GB/s p50"], rows)
         lines += ["", "</details>", ""]

@@ -12,12 +12,13 @@ from rich.table import Table
 
 from ..analysis import Analysis
 from ..rules import NS_PER_US, size_text
-from .dimensions import summary as dim_summary
-from .inspector import cell as inspector_cell
-from .inspector import tables as inspector_tables
-from .verdict import headline
-from .whatif import sentence as whatif_sentence
-from .whatif import text_lines as whatif_lines
+from ..views.dimensions import summary as dim_summary
+from ..views.inspector import cell as inspector_cell
+from ..views.inspector import tables as inspector_tables
+from ..views.units import ms_tables
+from ..views.verdict import headline
+from ..views.whatif import sentence as whatif_sentence
+from ..views.whatif import text_lines as whatif_lines
 
 
 def _f(x: object, digits: int = 1) -> str:
@@ -73,12 +74,12 @@ def render(a: Analysis, width: int | None = None, color: bool = False, show_step
     con.print()
     if a.ranks.height or a.inspector is None:  # NCCL Inspector logs without timestamps have no timeline
         tcon.print(_table("Per rank, ms (whole captured window; step: mean over the profiled steps)",
-                          RANK_COLUMNS_WIDE if wide else RANK_COLUMNS, a.ranks.to_dicts()))
+                          RANK_COLUMNS_WIDE if wide else RANK_COLUMNS, ms_tables(a).ranks.to_dicts()))
         if not wide:
             con.print(LEGEND, style="dim")
     if show_steps and a.steps.height:
         con.print()
-        tcon.print(_table("Per step, ms", STEP_COLUMNS_WIDE if wide else STEP_COLUMNS, a.steps.to_dicts()))
+        tcon.print(_table("Per step, ms", STEP_COLUMNS_WIDE if wide else STEP_COLUMNS, ms_tables(a).steps.to_dicts()))
     dims = dim_summary(a)
     if dims:
         con.print()
@@ -102,7 +103,7 @@ def render(a: Analysis, width: int | None = None, color: bool = False, show_step
                   "receives most")
     if a.collectives.height:
         con.print()
-        top = a.collectives.sort("total_wait_ms", descending=True, nulls_last=True).head(10)
+        top = ms_tables(a).collectives.sort("total_wait_ms", descending=True, nulls_last=True).head(10)
         ct = _new_table("Collectives with the most waiting")
         for label in ("pg", "seq", "op", "step", "size", "transfer ms", "max wait ms", "last rank", "busbw GB/s"):
             ct.add_column(label, justify="left" if label == "op" else "right")
@@ -115,7 +116,7 @@ def render(a: Analysis, width: int | None = None, color: bool = False, show_step
         bt = _new_table("Bandwidth by operation and size (medians)")
         for label in ("op", "size", "intra-node", "count", "transfer ms", "algbw GB/s", "busbw GB/s"):
             bt.add_column(label, justify="left" if label == "op" else "right")
-        for r in a.bandwidth.to_dicts():
+        for r in ms_tables(a).bandwidth.to_dicts():
             intra = r.get("intra_node")
             bt.add_row(r["op"], size_text(r["size_bucket"]), "-" if intra is None else "yes" if intra else "no",
                        _f(r["count"]), _f(r["transfer_ms_p50"], 3), _f(r["algbw_gbps_p50"], 2),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import statistics
 
 from ..history.trend import Series, Trend, worse
+from ..views.units import num
 
 
 def cell(x: object) -> str:
@@ -15,12 +16,6 @@ def cell(x: object) -> str:
 def table(headers: list[str], rows: list[list[str]]) -> list[str]:
     return ["| " + " | ".join(headers) + " |", "|" + "|".join("---:" for _ in headers) + "|",
             *["| " + " | ".join(r) + " |" for r in rows]]
-
-
-def num(x: float | None) -> str:
-    if x is None:
-        return "–"
-    return f"{x:,.3f}" if abs(x) < 10 else f"{x:,.1f}"
 
 
 def _pct(x: float | None) -> str:

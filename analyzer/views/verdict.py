@@ -9,6 +9,7 @@ from ..rules import NS_PER_MS
 from .counterfactual import lead as cf_lead
 from .counterfactual import where as cf_where
 from .inspector import headline as inspector_headline
+from .units import ms_tables
 
 
 def _ms(x: float | None) -> str:
@@ -86,7 +87,7 @@ def headline(a: Analysis) -> list[str]:
     elif a.matching.get("instances") and a.counterfactual is None:
         lines.append("No straggler: the wait the ranks cause each other is spread evenly.")
     lines.extend(inspector_headline(a))  # NCCL Inspector input: the kernel-time verdict, slow links
-    r = a.ranks
+    r = ms_tables(a).ranks
     if r.height:
         comm = float(r["comm_ms"].sum())
         exposed = float(r["exposed_comm_ms"].sum())

@@ -10,7 +10,8 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from analyzer.analysis import Analysis
+from ..analysis import Analysis
+from .units import ms_tables
 
 MANY_RANKS = 128  # above this, per-rank traces and lanes give way to summaries
 FOCUS_LANES = 12  # timeline lanes drawn when the ranks are many
@@ -27,7 +28,7 @@ def focus_ranks(a: Analysis, selected: int | None = None, limit: int = FOCUS_LAN
     caused the most wait (then the slowest steps), ``limit`` in all, in rank order."""
     if not many(a):
         return None
-    order = a.ranks.sort(["caused_wait_ms", "step_time_max_ms", "rank"], descending=[True, True, False],
+    order = ms_tables(a).ranks.sort(["caused_wait_ms", "step_time_max_ms", "rank"], descending=[True, True, False],
                          nulls_last=True)["rank"].to_list()
     chosen = ([selected] if selected in set(order) else []) + [r for r in order if r != selected]
     return sorted(chosen[:limit])
@@ -36,7 +37,7 @@ def focus_ranks(a: Analysis, selected: int | None = None, limit: int = FOCUS_LAN
 def breakdown_summary_figure(a: Analysis, parts: tuple[tuple[str, str, str], ...], colors: dict[str, str]) -> go.Figure:
     """Rank × part heatmap of the whole-window breakdown (a click names the rank) and, beside it, each
     part's distribution over ranks. Values are the JSON ``ranks[]`` numbers."""
-    r = a.ranks.sort("rank")
+    r = ms_tables(a).ranks.sort("rank")
     fig = make_subplots(rows=1, cols=2, column_widths=[0.72, 0.28], horizontal_spacing=0.08,
                         subplot_titles=("per rank (ms)", "distribution over ranks (ms)"))
     names = [name for _, name, _ in parts]

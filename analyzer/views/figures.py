@@ -1,8 +1,8 @@
-"""Pure presenters: Analysis -> plotly figures. No Dash, no metric computation.
+"""The figures both the dashboard and the static HTML report draw: Analysis -> plotly figures.
 
-Every number drawn comes from the Analysis tables the JSON report serializes (``ranks``, ``steps``,
-``collectives``, ``bandwidth``); the timeline draws the GPU table on the aligned clock, downsampled.
-The static HTML report imports this module too, so it must not import Dash.
+No Dash, no metric computation. Every number drawn comes from the Analysis tables the JSON report
+serializes (``ranks``, ``steps``, ``collectives``, ``bandwidth``); the timeline draws the GPU table on
+the aligned clock, downsampled. The HTML report imports this module too, so it must not import Dash.
 """
 
 from __future__ import annotations
@@ -14,11 +14,12 @@ import plotly.graph_objects as go
 import polars as pl
 from plotly.subplots import make_subplots
 
-from analyzer.analysis import Analysis
-from analyzer.rules import NS_PER_MS
-
-from . import inputs, summary
+from ..analysis import Analysis
+from ..rules import NS_PER_MS
+from . import summary
 from . import timeline as tl
+from .axis import window as axis_window
+from .units import ms_tables
 
 COLORS = {
     "compute": "#4C78A8", "overlapped": "#B279A2", "exposed_wait": "#E45756", "exposed_transfer": "#F58518",
@@ -55,7 +56,7 @@ def _empty(title: str, note: str) -> go.Figure:
 
 def breakdown_figure(a: Analysis, selected_rank: int | None = None) -> go.Figure:
     """Stacked per-rank breakdown of the captured window (the six parts sum to ``span_ms``)."""
-    r = a.ranks
+    r = ms_tables(a).ranks
     if r.height == 0:
         return _empty("Time breakdown per rank", "no ranks")
     if summary.many(a):  # one heatmap and six distributions, not six traces of a thousand bars
@@ -80,7 +81,7 @@ def heatmap_figure(a: Analysis, metric: str = "span_ms", selected_rank: int | No
     """Rank × step heatmap of a ``steps`` column: a straggler is a bright row (or a dark one for waits)."""
     if metric not in HEATMAP_METRICS:
         raise ValueError(f"unknown metric {metric!r}; expected one of {', '.join(HEATMAP_METRICS)}")
-    s = a.steps
+    s = ms_tables(a).steps
     title = f"{HEATMAP_METRICS[metric]} per rank and step"
     if s.height == 0:
         return _empty(title, "no step markers in the traces")
@@ -126,8 +127,8 @@ def timeline_figure(a: Analysis, ranks: Sequence[int] | None = None, window_ms: 
         gpu = gpu.filter(pl.col("rank").is_in(list(ranks)))
     if gpu.height == 0:
         return _empty("GPU timeline", "no GPU activity for this selection")
-    if window_ms is not None:  # a client's zoom: finite and within int64 ns once converted (inputs.window)
-        window_ms = inputs.window(*window_ms)  # None (the whole window) when empty or not numbers
+    if window_ms is not None:  # a client's zoom: finite and within int64 ns once converted
+        window_ms = axis_window(*window_ms)  # None (the whole window) when empty or not numbers
     window = None if window_ms is None else (int(window_ms[0] * NS_PER_MS), int(window_ms[1] * NS_PER_MS))
     lane_cols = ["rank", "stream"] if by_stream or expand_rank is not None else ["rank"]
     if not by_stream and expand_rank is not None:
@@ -196,7 +197,7 @@ def timeline_figure(a: Analysis, ranks: Sequence[int] | None = None, window_ms: 
 
 def wait_figure(a: Analysis, ranks: Sequence[int] | None = None) -> go.Figure:
     """Per matched collective instance: the longest wait it imposed and the arrival skew, over time."""
-    c = a.collectives
+    c = ms_tables(a).collectives
     if ranks:
         c = c.filter(pl.col("ranks").list.eval(pl.element().is_in(list(ranks))).list.any())
     if c.height == 0:
@@ -230,7 +231,7 @@ def wait_figure(a: Analysis, ranks: Sequence[int] | None = None) -> go.Figure:
 
 def busbw_figure(a: Analysis, ranks: Sequence[int] | None = None) -> go.Figure:
     """Bus bandwidth against message size per operation (nccl-tests busbw); lines are the bucket medians."""
-    c = a.collectives.filter(pl.col("bytes").is_not_null() & pl.col("busbw_gbps").is_not_null())
+    c = ms_tables(a).collectives.filter(pl.col("bytes").is_not_null() & pl.col("busbw_gbps").is_not_null())
     if ranks:
         c = c.filter(pl.col("ranks").list.eval(pl.element().is_in(list(ranks))).list.any())
     if c.height == 0:
@@ -249,7 +250,7 @@ def busbw_figure(a: Analysis, ranks: Sequence[int] | None = None) -> go.Figure:
             x=part["bytes"].to_list(), y=part["busbw_gbps"].to_list(), mode="markers", name=op, legendgroup=op,
             marker={"color": color, "opacity": 0.6}, customdata=part.select("pg", "seq").to_numpy().tolist(),
             hovertemplate="%{customdata[0]}/%{customdata[1]} " + op + "<br>%{x:,} B: %{y:,.2f} GB/s<extra></extra>"))
-        med = a.bandwidth.filter(pl.col("op") == op)
+        med = ms_tables(a).bandwidth.filter(pl.col("op") == op)
         if not ranks and med.height:
             fig.add_trace(go.Scatter(x=med["size_bucket"].to_list(), y=med["busbw_gbps_p50"].to_list(),
                                      mode="lines+markers", name=f"{op} p50", legendgroup=op, showlegend=False,

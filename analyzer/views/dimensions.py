@@ -6,6 +6,7 @@ import polars as pl
 
 from ..analysis import Analysis
 from ..metrics.dimensions import DIMENSIONS
+from .units import ms_tables
 
 # (summary column, header, digits)
 COLUMNS = (
@@ -21,7 +22,7 @@ def summary(a: Analysis) -> list[dict]:
     if a.dimensions is None or a.dimensions.height == 0:
         return []
     g = a.process_groups if a.process_groups is not None else pl.DataFrame()
-    per = a.dimensions.group_by("dimension").agg(
+    per = ms_tables(a).dimensions.group_by("dimension").agg(
         pl.col("comm_ms").mean(), pl.col("exposed_comm_ms").mean(), pl.col("exposed_wait_ms").mean(),
         pl.col("wait_ms").mean(),
         pl.when(pl.col("root_caused_wait_ms").is_not_null().any()).then(pl.col("root_caused_wait_ms").sum())
