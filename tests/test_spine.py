@@ -63,7 +63,7 @@ def test_the_grep_finds_what_the_code_did_before() -> None:
         "analyzer/analysis.py": 'aligned = align.apply(inst.select("rank", "start_ns", "end_ns"), fit)',
         "analyzer/metrics/critical_path.py": 'off = pl.DataFrame({"rank": list((offsets_ns or {}).keys()),',
         "analyzer/export/tables.py": 'off = pl.col("rank").replace_strict(p.offsets, default=0, return_dtype=pl.Int64)',
-        "dashboards/timeline.py": 'gpu = align.apply(a.traces.gpu.select("rank", "start_ns"), a.clock)',
+        "analyzer/views/timeline.py": 'gpu = align.apply(a.traces.gpu.select("rank", "start_ns"), a.clock)',
         "dashboards/pipeline.py": '.join(off, on="rank", how="left").with_columns(pl.col("_off").fill_null(0))',
         "analyzer/metrics/pipeline.py": 'pl.col("off_ns").first(),',
         "analyzer/crossrank/step_sync.py": 'start = (pl.col("_s") + pl.col("_off")).round().cast(pl.Int64)',
@@ -158,7 +158,7 @@ def test_comm_rows_and_common_steps_use_the_same_offsets(skewed) -> None:
 def test_timeline_and_export_are_on_the_graphs_clock(skewed) -> None:
     from analyzer.export import tables
     from analyzer.export.selection import Selection
-    from dashboards import timeline
+    from analyzer.views import timeline
 
     ts, a, off = skewed
     prep = timeline.prepare(a)
