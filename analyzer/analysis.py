@@ -64,7 +64,7 @@ def analyze(ts: TraceSet, dims: dimensions.Options | None = None, busbw: dict[st
     # and every comm kernel or instance below is the graph's (Graph.kernels, Graph.instances, Graph.members)
     clock = graph.Clock.of(fit)
     aligned = clock.to_reference(inst.select("rank", "start_ns", "end_ns"))
-    dep = graph.build(ts.gpu, waits.per_row(inst, aligned["start_ns"], aligned["end_ns"]), ts.steps, clock)
+    dep = graph.build(ts.gpu, waits.per_row(inst, aligned["start_ns"], aligned["end_ns"]), ts.steps, clock, ts.cpu)
     linked = inst.filter(pl.col("instance").is_not_null())["rank"].unique().to_list()
     # reported steps: one interval per step on every rank (step_sync); the graph, replay and pipeline keep each
     # rank's own windows, which place its operations in steps by launch

@@ -41,7 +41,7 @@ def schedule_rows(a: Analysis, step: int | None = None) -> tuple[pl.DataFrame, p
 
     tr = clip(p["transfers"].with_columns(
         pl.col("instance").str.extract(r"\|k(\d+)$", 1).cast(pl.Int64).alias("mb")))
-    comp = clip(a.traces.gpu.filter(pl.col("kind") == "compute").select("rank", "start_ns", "end_ns"))
+    comp = clip(a.graph.gpu.filter(pl.col("kind") == "compute").select("rank", "start_ns", "end_ns"))
     comp = comp.sort("rank", "start_ns")
     recv = tr.filter(pl.col("op") == "recv").select("rank", pl.col("end_ns").alias("_r_end"),
                                                     pl.col("mb").alias("_mb_r"))

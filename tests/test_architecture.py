@@ -16,6 +16,7 @@ The rules are checked on a synthetic edge list too, so a planted violation is sh
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -231,3 +232,20 @@ def test_the_resolver_reads_relative_and_lazy_imports(tmp_path: Path) -> None:
     found = violations(edges)
     assert "cycle: analyzer.report.html <-> dashboards.figures" in found
     assert "presenter to presenter: dashboards.figures -> analyzer.report.html" in found
+
+
+_TRACESET = re.compile(r"\.traces\b")
+
+
+def _reads_traceset(text: str) -> list[int]:
+    return [i for i, line in enumerate(text.splitlines(), 1) if _TRACESET.search(line.split("#", 1)[0])]
+
+
+def test_presenters_never_read_the_traceset() -> None:
+    # presenters read Analysis (the graph carries the ingested events and the clock), never ``a.traces``
+    files = [p for d in ("analyzer/report", "analyzer/export", "analyzer/views", "dashboards")
+             for p in sorted((ROOT / d).rglob("*.py"))]
+    found = [f"{p.relative_to(ROOT)}:{i}" for p in files for i in _reads_traceset(p.read_text())]
+    assert files and found == []
+    # the check sees the old spelling
+    assert _reads_traceset('gpu = clock.to_reference(a.traces.gpu.select("rank"))') == [1]

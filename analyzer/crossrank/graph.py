@@ -116,15 +116,21 @@ class Graph:
     # unmatched) and node (its node; null for the rare duplicate the nodes keep once): what the export writes
     kernels: pl.DataFrame | None = None
     members: Members | None = None  # the matched kernels as members of their instances (crossrank/members.py)
+    # every GPU and CPU event as ingested (rank clock): the timelines and the export draw them, placed with
+    # ``clock``, so no presenter reads the TraceSet
+    gpu: pl.DataFrame | None = None
+    cpu: pl.DataFrame | None = None
 
     @property
     def n_nodes(self) -> int:
         return self.nodes.height
 
 
-def build(gpu: pl.DataFrame, rows: pl.DataFrame, steps: pl.DataFrame, clock: Clock | None = None) -> Graph:
+def build(gpu: pl.DataFrame, rows: pl.DataFrame, steps: pl.DataFrame, clock: Clock | None = None,
+          cpu: pl.DataFrame | None = None) -> Graph:
     """``gpu``: the TraceSet's gpu table; ``rows``: waits.per_row (every comm kernel with instance,
-    wait_ns, transfer_ns); ``steps``: step windows; ``clock``: the fitted offsets (none: every rank's own)."""
+    wait_ns, transfer_ns); ``steps``: step windows; ``clock``: the fitted offsets (none: every rank's own);
+    ``cpu``: the TraceSet's cpu table, carried for the timelines."""
     clock = clock or Clock({})
     # an operation is (rank, stream, start, end, name); the name is keyed by its 64-bit hash, which
     # hashes a million kernel names' text once instead of in every unique and join (0.2 s each)
@@ -187,7 +193,8 @@ def build(gpu: pl.DataFrame, rows: pl.DataFrame, steps: pl.DataFrame, clock: Clo
     nodes = nodes.select(cols)
     kernels = _kernels(rows, nodes, instances)
     return Graph(nodes=nodes, instances=_reported(instances, kernels), edges=_edges(nodes), declared=said,
-                 clock=clock, steps=clock.to_reference(steps, prefix="a_"), kernels=kernels, members=members(rows))
+                 clock=clock, steps=clock.to_reference(steps, prefix="a_"), kernels=kernels, members=members(rows),
+                 gpu=gpu, cpu=cpu)
 
 
 def _kernels(rows: pl.DataFrame, nodes: pl.DataFrame, instances: pl.DataFrame) -> pl.DataFrame:

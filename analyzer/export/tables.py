@@ -81,7 +81,7 @@ def plan(a: Analysis, sel: Selection) -> Plan:
     ranks = tuple(r for r in known if sel.ranks is None or r in sel.ranks)
     g = _graph(a)
     clock = g.clock
-    gpu = clock.to_reference(a.traces.gpu.select("rank", "start_ns", "end_ns"))
+    gpu = clock.to_reference(g.gpu.select("rank", "start_ns", "end_ns"))
     origin = int(gpu["start_ns"].min()) if gpu.height else 0
     steps = g.steps.select("rank", "step", pl.col("a_start_ns").alias("start_ns"), pl.col("a_end_ns").alias("end_ns"))
     keep = _keep(sel, steps, origin, ranks)
@@ -98,12 +98,12 @@ def plan(a: Analysis, sel: Selection) -> Plan:
                          f"{_describe(sel)}: the traces hold no GPU events")
     parts = [gpu.filter(pl.col("rank").is_in(ranks)), steps.filter(pl.col("rank").is_in(ranks))]
     if sel.host:
-        parts.append(clock.to_reference(a.traces.cpu.select("rank", "start_ns", "end_ns"))
+        parts.append(clock.to_reference(g.cpu.select("rank", "start_ns", "end_ns"))
                      .filter(pl.col("rank").is_in(ranks)))
     starts = [int(p["start_ns"].min()) for p in parts if p.height]
     return Plan(ranks=ranks, origin_ns=origin, base_ns=min(starts) if starts else origin, keep=keep,
-                flows=_flows(a_kern), offsets=dict(clock.by_rank), sel=sel, gpu=_by_rank(a.traces.gpu),
-                cpu=_by_rank(a.traces.cpu), steps=_by_rank(a.traces.steps), kernels=kern, clock=clock)
+                flows=_flows(a_kern), offsets=dict(clock.by_rank), sel=sel, gpu=_by_rank(g.gpu),
+                cpu=_by_rank(g.cpu), steps=_by_rank(g.steps.drop("a_start_ns", "a_end_ns")), kernels=kern, clock=clock)
 
 
 def _graph(a: Analysis) -> Graph:

@@ -39,7 +39,7 @@ def prepare(a: Analysis) -> Prepared:
             return prep
     # the graph's clock (the one place offsets are applied) and its step windows, already aligned
     g = a.graph
-    gpu = g.clock.to_reference(a.traces.gpu.select("rank", "stream", "start_ns", "end_ns", "name", "kind"))
+    gpu = g.clock.to_reference(g.gpu.select("rank", "stream", "start_ns", "end_ns", "name", "kind"))
     origin = int(gpu["start_ns"].min()) if gpu.height else 0
     gpu = gpu.with_columns(
         (pl.col("start_ns") - origin).alias("start_ns"),
