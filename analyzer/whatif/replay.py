@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import ModuleType
 
 import numpy as np
 import polars as pl
@@ -40,6 +41,7 @@ from ..crossrank.graph import Graph
 from ..rules import P2P_OPS
 
 LIST_WIDTH = 4  # successors / ends per key kept in a padded table; longer lists are read as ranges
+COMPILED_WAVES = 2_000  # from this many waves on, run() is numba's (waves.py)
 CELLS = 5_000_000  # scenario x node cells per replay batch (memory bound: ~9 float arrays of this size)
 
 
@@ -386,8 +388,12 @@ def schedule(a: Arrays) -> Schedule:
         xg_off=np.searchsorted(xg_w, np.arange(nw + 1)), xg_first=xg_at - x_off[xg_w])
 
 
-def run(a: Arrays, sch: Schedule, mods: Mods) -> tuple[np.ndarray, np.ndarray]:
-    """Δs, Δe (S, nodes) of every operation under each scenario row of ``mods``."""
+def run(a: Arrays, sch: Schedule, mods: Mods, compiled: bool | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Δs, Δe (S, nodes) of every operation under each scenario row of ``mods``. ``compiled``: numba's form
+    (waves.py, one scenario at a time) or this numpy one; by default numba from ``COMPILED_WAVES`` waves on
+    (both give the same bits)."""
+    if (waves := _compiled(sch, compiled)) is not None:
+        return waves.run(*_compiled_args(a, sch, mods))
     s, n = mods.ddur.shape
     co = a.chain_order
     # along a chain Δe grows by each member's (gap change, at least −gap) + duration change: a prefix sum,
@@ -455,6 +461,27 @@ def run(a: Arrays, sch: Schedule, mods: Mods) -> tuple[np.ndarray, np.ndarray]:
     return ds, de_out
 
 
+def _compiled(sch: Schedule, compiled: bool | None) -> ModuleType | None:
+    """analyzer.whatif.waves where it is to run (``compiled``, by default from ``COMPILED_WAVES`` waves on),
+    imported on first use (numba's import and the cached machine code cost ~0.45 s of CPU); None for the numpy
+    form, also where numba cannot run (no place to cache its machine code raises at import): the same bits."""
+    if not (compiled if compiled is not None else sch.n_waves >= COMPILED_WAVES):
+        return None
+    try:
+        from . import waves
+    except (ImportError, RuntimeError, OSError):
+        return None
+    return waves
+
+
+def _compiled_args(a: Arrays, sch: Schedule, mods: Mods) -> tuple:
+    return (mods.ddur, mods.dgap, mods.dtr, mods.hide, a.chain_order, a.chain_floor, a.chain_first, a.chain_pos,
+            a.slack, a.dur[sch.x_e].astype(np.float64), a.parent, a.lead, a.chain_lead, a.n_instances, sch.s_off,
+            sch.x_s, sch.bpx, sch.spx, sch.rb, sch.rs, sch.x_off, sch.xg_off, sch.xg_first, sch.x_root, sch.x_cpos,
+            sch.x_dpos, sch.x_slack, sch.a_off, sch.g_off, sch.g_first, sch.g_inst, sch.a_pos, sch.a_wait, sch.e_off,
+            sch.x_e, sch.e_inst, sch.e_pos)
+
+
 @dataclass(frozen=True)
 class Segments:
     """Nodes grouped by (rank, step) window, for step times."""
@@ -507,6 +534,17 @@ def step_spans(seg: Segments, ds: np.ndarray, de: np.ndarray) -> np.ndarray:
     return span[None, :] + end_shift - first
 
 
+def spans(a: Arrays, sch: Schedule, seg: Segments, mods: Mods, compiled: bool | None = None) -> np.ndarray:
+    """``step_spans(seg, *run(a, sch, mods))``; compiled (``compiled`` as in :func:`run`), without the (scenarios x
+    nodes) arrays of deltas."""
+    if seg.order.size and (waves := _compiled(sch, compiled)) is not None:
+        t = seg.table
+        return waves.spans(*_compiled_args(a, sch, mods), seg.order, seg.bounds, seg.rel_start, seg.rel_end,
+                           (t["last_ns"] - t["first_ns"]).to_numpy().astype(np.float64),
+                           t["span_ns"].to_numpy().astype(np.float64), seg.next_seg)
+    return step_spans(seg, *run(a, sch, mods, compiled))
+
+
 def batched(a: Arrays, sch: Schedule, seg: Segments, fill: list[Callable[[Mods, int], None]],
             measure: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None) -> list[np.ndarray]:
     """Replayed span per (rank, step) window of each scenario (or ``measure(ds, de)`` of it); ``fill(mods, i)``
@@ -520,6 +558,5 @@ def batched(a: Arrays, sch: Schedule, seg: Segments, fill: list[Callable[[Mods, 
         mods = Mods.zeros(len(part), n, a.n_graph_instances)
         for i, f in enumerate(part):
             f(mods, i)
-        ds, de = run(a, sch, mods)
-        out.extend(step_spans(seg, ds, de) if measure is None else measure(ds, de))
+        out.extend(spans(a, sch, seg, mods) if measure is None else measure(*run(a, sch, mods)))
     return out
