@@ -7,9 +7,11 @@ replayed both ways and compared exactly, signs of zeros included (a JSON report 
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
+import polars as pl
 import pytest
 
 from analyzer.crossrank import graph
@@ -27,6 +29,10 @@ SETS = [SAMPLES / "gpu_h200" / "compute_straggler", SAMPLES / "gpu_h200" / "host
 
 def _same(x: np.ndarray, y: np.ndarray) -> bool:
     return x.shape == y.shape and np.array_equal(x, y, equal_nan=True) and np.array_equal(np.signbit(x), np.signbit(y))
+
+
+def _same_schedule(x: replay.Schedule, y: replay.Schedule) -> bool:
+    return all(np.array_equal(getattr(x, f.name), getattr(y, f.name)) for f in dataclasses.fields(replay.Schedule))
 
 
 @pytest.mark.parametrize("folder", SETS, ids=lambda p: f"{p.parent.name}/{p.name}")
@@ -51,6 +57,14 @@ def test_every_replay_of_an_analysis_is_the_same_compiled(folder: Path, monkeypa
         seen.append((sch.n_waves, *mods.ddur.shape))
         return want
 
+    plain_schedule = replay.schedule
+
+    def both_schedules(a: replay.Arrays, compiled: bool | None = None) -> replay.Schedule:
+        want, got = plain_schedule(a, compiled=False), plain_schedule(a, compiled=True)
+        assert _same_schedule(want, got)
+        return want
+
+    monkeypatch.setattr(replay, "schedule", both_schedules)
     monkeypatch.setattr(replay, "run", both)
     monkeypatch.setattr(replay, "spans", both_spans)
     a = run(folder)
@@ -80,10 +94,14 @@ def test_random_changes_on_a_real_graph() -> None:
 def test_crossing_orders_forced_through_the_same_compiled() -> None:
     # collectives matched in crossing order: the schedule forces ends through; both forms replay that schedule
     gpu, rows = _crossing()
-    g = graph.build(gpu, rows, _steps({0: 1000, 1: 1000}))
+    later = [pl.col("start_ns") + 1000, pl.col("end_ns") + 1000,
+             pl.col("name").str.replace("_a", "_c").str.replace("_b", "_d")]  # and a second crossing pair after it
+    gpu = pl.concat([gpu, gpu.with_columns(*later)])
+    rows = pl.concat([rows, rows.with_columns(*later, pl.col("instance").replace({"a": "c", "b": "d"}))])
+    g = graph.build(gpu, rows, _steps({0: 1400, 1: 1400}))
     arr = replay.Arrays.of(g)
     sch = replay.schedule(arr)
-    assert sch.forced > 0
+    assert sch.forced == 4 and _same_schedule(sch, replay.schedule(arr, compiled=True))
     mods = replay.Mods.zeros(2, g.n_nodes, g.instances.height)
     mods.ddur[1] = -5.0
     want, got = replay.run(arr, sch, mods, compiled=False), replay.run(arr, sch, mods, compiled=True)
@@ -93,6 +111,7 @@ def test_crossing_orders_forced_through_the_same_compiled() -> None:
         g = graph.build(gpu_table(table), _no_comm(), _steps({0: 100} if table else {}))
         arr = replay.Arrays.of(g)
         mods = replay.Mods.zeros(1, g.n_nodes, g.instances.height)
+        assert _same_schedule(replay.schedule(arr), replay.schedule(arr, compiled=True))
         want, got = replay.run(arr, replay.schedule(arr), mods, compiled=False), replay.run(
             arr, replay.schedule(arr), mods, compiled=True)
         assert _same(want[0], got[0]) and _same(want[1], got[1])

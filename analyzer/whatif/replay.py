@@ -251,7 +251,7 @@ class _Lists:
         return out
 
 
-def _levels(a: Arrays) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+def _levels(a: Arrays, compiled: bool | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
     """Each event's level: the length of the longest chain of events it depends on (Kahn's algorithm, one
     pass per level). Events of one level depend only on earlier levels (an end also on its instance's
     arrivals, which may share its level): the replay's loop runs once per level, not once per event of the
@@ -284,6 +284,13 @@ def _levels(a: Arrays) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, 
     count = np.zeros(n_inst, dtype=np.int64)
     lev = np.full(n_s + n_e, -1, dtype=np.int64)
     own_start = np.searchsorted(lead, ends)  # the start event of each end's own kernel (matched ops lead)
+    # a rank's events bound its waves: numba's loop where the numpy one would run thousands of levels
+    ranks, per_rank = np.unique(a.rank[lead], return_counts=True) if n_s else (np.zeros(0, np.int64), np.zeros(1))
+    if (waves := _compiled(int(per_rank.max()) >= COMPILED_WAVES if compiled is None else compiled)) is not None:
+        lev, forced = waves.levels(indeg, succ.ptr, succ.vals, inst_ends.ptr, inst_ends.vals, arr_inst, arr_also,
+                                   need, own_start, np.searchsorted(ranks, a.rank[ends]), a.end[ends], ends,
+                                   ranks.size)
+        return lead, lev[:n_s], ends, lev[n_s:], forced
     forced, k = 0, 0
     inst_slot, start_slot = np.empty(n_inst, dtype=np.int64), np.empty(max(n_s, 1), dtype=np.int64)  # _distinct
     fr = np.flatnonzero(indeg == 0)
@@ -344,9 +351,11 @@ def _distinct(ids: np.ndarray, slot: np.ndarray) -> np.ndarray:
     return ids[slot[ids] == at]
 
 
-def schedule(a: Arrays) -> Schedule:
-    """The level of every event and its layout for :func:`run` (structure only; shared by all scenarios)."""
-    lead, lev_s, ends, lev_e, forced = _levels(a)
+def schedule(a: Arrays, compiled: bool | None = None) -> Schedule:
+    """The level of every event and its layout for :func:`run` (structure only; shared by all scenarios).
+    ``compiled``: the levels found by numba's loop or numpy's (the same; by default numba's from
+    ``COMPILED_WAVES`` events on one rank on)."""
+    lead, lev_s, ends, lev_e, forced = _levels(a, compiled)
     n = a.rank.size
     nw = int(max(lev_s.max(initial=-1), lev_e.max(initial=-1))) + 1
     o = np.argsort(lev_s, kind="stable")
@@ -392,7 +401,7 @@ def run(a: Arrays, sch: Schedule, mods: Mods, compiled: bool | None = None) -> t
     """Δs, Δe (S, nodes) of every operation under each scenario row of ``mods``. ``compiled``: numba's form
     (waves.py, one scenario at a time) or this numpy one; by default numba from ``COMPILED_WAVES`` waves on
     (both give the same bits)."""
-    if (waves := _compiled(sch, compiled)) is not None:
+    if (waves := _compiled(sch.n_waves >= COMPILED_WAVES if compiled is None else compiled)) is not None:
         return waves.run(*_compiled_args(a, sch, mods))
     s, n = mods.ddur.shape
     co = a.chain_order
@@ -461,11 +470,11 @@ def run(a: Arrays, sch: Schedule, mods: Mods, compiled: bool | None = None) -> t
     return ds, de_out
 
 
-def _compiled(sch: Schedule, compiled: bool | None) -> ModuleType | None:
-    """analyzer.whatif.waves where it is to run (``compiled``, by default from ``COMPILED_WAVES`` waves on),
-    imported on first use (numba's import and the cached machine code cost ~0.45 s of CPU); None for the numpy
-    form, also where numba cannot run (no place to cache its machine code raises at import): the same bits."""
-    if not (compiled if compiled is not None else sch.n_waves >= COMPILED_WAVES):
+def _compiled(use: bool) -> ModuleType | None:
+    """analyzer.whatif.waves where it is to run (``use``), imported on first use (numba's import and the cached
+    machine code cost ~0.45 s of CPU); None for the numpy form, also where numba cannot run (no place to cache
+    its machine code raises at import): the same bits."""
+    if not use:
         return None
     try:
         from . import waves
@@ -537,7 +546,7 @@ def step_spans(seg: Segments, ds: np.ndarray, de: np.ndarray) -> np.ndarray:
 def spans(a: Arrays, sch: Schedule, seg: Segments, mods: Mods, compiled: bool | None = None) -> np.ndarray:
     """``step_spans(seg, *run(a, sch, mods))``; compiled (``compiled`` as in :func:`run`), without the (scenarios x
     nodes) arrays of deltas."""
-    if seg.order.size and (waves := _compiled(sch, compiled)) is not None:
+    if seg.order.size and (waves := _compiled(sch.n_waves >= COMPILED_WAVES if compiled is None else compiled)) is not None:
         t = seg.table
         return waves.spans(*_compiled_args(a, sch, mods), seg.order, seg.bounds, seg.rel_start, seg.rel_end,
                            (t["last_ns"] - t["first_ns"]).to_numpy().astype(np.float64),

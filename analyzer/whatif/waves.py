@@ -156,3 +156,101 @@ def spans(ddur: np.ndarray, dgap: np.ndarray, dtr: np.ndarray, hide: np.ndarray,
             shift = lo_v[next_seg[g]] if next_seg[g] >= 0 else hi_v[g] - last_m[g]
             out[j, g] = span[g] + shift - lo_v[g]
     return out
+
+
+@njit(cache=True, nogil=True)
+def levels(indeg: np.ndarray, s_ptr: np.ndarray, s_vals: np.ndarray, e_ptr: np.ndarray, e_vals: np.ndarray,
+           arr_inst: np.ndarray, arr_also: np.ndarray, need: np.ndarray, own_start: np.ndarray, end_rank: np.ndarray,
+           end_time: np.ndarray, end_node: np.ndarray, n_ranks: int) -> tuple[np.ndarray, int]:  # pragma: no cover
+    """replay._levels' loop (its numpy form's levels and forced ends, exactly): ``indeg`` of each start event
+    (consumed), successors of each event and ends of each group as CSR (``*_ptr``, ``*_vals``), each start
+    event's group and second group, each group's arrivals; for end events their start event, rank code (0 ..
+    n_ranks-1), end time and node. Returns every event's level (start events first) and the forced ends."""
+    n_s, n_e = indeg.size, own_start.size
+    lev = np.full(n_s + n_e, -1, dtype=np.int64)
+    count = np.zeros(need.size, dtype=np.int64)
+    fr, rel = np.empty(max(n_s, 1), dtype=np.int64), np.empty(n_s + n_e + 1, dtype=np.int64)
+    done = np.empty(need.size, dtype=np.int64)
+    best = np.empty(max(n_ranks, 1), dtype=np.int64)
+    nf = 0
+    for i in range(n_s):
+        if indeg[i] == 0:
+            fr[nf] = i
+            nf += 1
+    k, forced = 0, 0
+    while True:
+        while nf > 0:
+            nr, nd, got = 0, 0, False
+            for t in range(nf):
+                e = fr[t]
+                lev[e] = k
+                i = arr_inst[e]
+                if i < 0:
+                    rel[nr] = e
+                    nr += 1
+                else:
+                    got = True
+                    count[i] += 1
+                    if count[i] == need[i]:
+                        done[nd] = i
+                        nd += 1
+            if got:  # a ring hop's gate that waited also arrives in its own group
+                for t in range(nf):
+                    i = arr_also[fr[t]]
+                    if i >= 0:
+                        count[i] += 1
+                        if count[i] == need[i]:
+                            done[nd] = i
+                            nd += 1
+                for t in range(nd):
+                    i = done[t]
+                    for p in range(e_ptr[i], e_ptr[i + 1]):
+                        e = e_vals[p]
+                        if lev[e] < 0:  # an end forced through earlier is not released twice
+                            lev[e] = k
+                            rel[nr] = e
+                            nr += 1
+            k += 1
+            nf = 0
+            for t in range(nr):
+                e = rel[t]
+                for p in range(s_ptr[e], s_ptr[e + 1]):
+                    v = s_vals[p]
+                    indeg[v] -= 1
+                    if indeg[v] == 0:
+                        fr[nf] = v
+                        nf += 1
+        if (lev >= 0).all():
+            break
+        # inconsistent matching (crossing orders): release each rank's earliest blocked end (by end time, then
+        # node), with what has arrived, as the ranks' own order would
+        best[:] = -1
+        some = False
+        for j in range(n_e):
+            if lev[n_s + j] < 0 and lev[own_start[j]] >= 0:
+                some = True
+                break
+        for j in range(n_e):
+            if lev[n_s + j] < 0 and (lev[own_start[j]] >= 0 or not some):
+                r, b = end_rank[j], best[end_rank[j]]
+                if b < 0 or end_time[j] < end_time[b] or (end_time[j] == end_time[b] and end_node[j] < end_node[b]):
+                    best[r] = j
+        nr = 0
+        for r in range(best.size):
+            if best[r] >= 0:
+                e = n_s + best[r]
+                lev[e] = k
+                rel[nr] = e
+                nr += 1
+        forced += nr
+        k += 1
+        nf = 0
+        for t in range(nr):
+            e = rel[t]
+            for p in range(s_ptr[e], s_ptr[e + 1]):
+                v = s_vals[p]
+                indeg[v] -= 1
+                if indeg[v] == 0:
+                    fr[nf] = v
+                    nf += 1
+    return lev, forced
