@@ -115,3 +115,12 @@ def test_crossing_orders_forced_through_the_same_compiled() -> None:
         want, got = replay.run(arr, replay.schedule(arr), mods, compiled=False), replay.run(
             arr, replay.schedule(arr), mods, compiled=True)
         assert _same(want[0], got[0]) and _same(want[1], got[1])
+
+
+def test_levels_handed_to_numba_midway(monkeypatch: pytest.MonkeyPatch) -> None:
+    # by default numpy finds the first COMPILED_WAVES levels and numba the rest, from the state numpy left
+    arr = replay.Arrays.of(run(SAMPLES / "real_parallel" / "tp_pp_dp_mps_slow").graph)
+    want = replay.schedule(arr, compiled=False)
+    assert want.n_waves > 20
+    monkeypatch.setattr(replay, "COMPILED_WAVES", 7)
+    assert _same_schedule(want, replay.schedule(arr))

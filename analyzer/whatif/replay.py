@@ -284,18 +284,19 @@ def _levels(a: Arrays, compiled: bool | None = None) -> tuple[np.ndarray, np.nda
     count = np.zeros(n_inst, dtype=np.int64)
     lev = np.full(n_s + n_e, -1, dtype=np.int64)
     own_start = np.searchsorted(lead, ends)  # the start event of each end's own kernel (matched ops lead)
-    # a rank's events bound its waves: numba's loop where the numpy one would run thousands of levels
-    ranks, per_rank = np.unique(a.rank[lead], return_counts=True) if n_s else (np.zeros(0, np.int64), np.zeros(1))
-    if (waves := _compiled(int(per_rank.max()) >= COMPILED_WAVES if compiled is None else compiled)) is not None:
-        lev, forced = waves.levels(indeg, succ.ptr, succ.vals, inst_ends.ptr, inst_ends.vals, arr_inst, arr_also,
-                                   need, own_start, np.searchsorted(ranks, a.rank[ends]), a.end[ends], ends,
-                                   ranks.size)
-        return lead, lev[:n_s], ends, lev[n_s:], forced
     forced, k = 0, 0
     inst_slot, start_slot = np.empty(n_inst, dtype=np.int64), np.empty(max(n_s, 1), dtype=np.int64)  # _distinct
     fr = np.flatnonzero(indeg == 0)
+    # numpy for the first COMPILED_WAVES levels; past that, numba's loop (waves.levels) from where this one stands
+    handoff = (0 if compiled else -1) if compiled is not None else COMPILED_WAVES
     while True:
         while fr.size:
+            if k == handoff and (waves := _compiled(True)) is not None:
+                ranks = np.unique(a.rank[ends])
+                forced = waves.levels(indeg, succ.ptr, succ.vals, inst_ends.ptr, inst_ends.vals, arr_inst, arr_also,
+                                      need, own_start, np.searchsorted(ranks, a.rank[ends]), a.end[ends], ends,
+                                      ranks.size, lev, count, fr, k, forced)
+                return lead, lev[:n_s], ends, lev[n_s:], forced
             lev[fr] = k
             ai = arr_inst[fr]
             got = ai >= 0
@@ -353,8 +354,8 @@ def _distinct(ids: np.ndarray, slot: np.ndarray) -> np.ndarray:
 
 def schedule(a: Arrays, compiled: bool | None = None) -> Schedule:
     """The level of every event and its layout for :func:`run` (structure only; shared by all scenarios).
-    ``compiled``: the levels found by numba's loop or numpy's (the same; by default numba's from
-    ``COMPILED_WAVES`` events on one rank on)."""
+    ``compiled``: the levels found by numba's loop or numpy's (the same; by default numba's past
+    ``COMPILED_WAVES`` levels)."""
     lead, lev_s, ends, lev_e, forced = _levels(a, compiled)
     n = a.rank.size
     nw = int(max(lev_s.max(initial=-1), lev_e.max(initial=-1))) + 1

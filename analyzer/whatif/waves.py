@@ -161,23 +161,20 @@ def spans(ddur: np.ndarray, dgap: np.ndarray, dtr: np.ndarray, hide: np.ndarray,
 @njit(cache=True, nogil=True)
 def levels(indeg: np.ndarray, s_ptr: np.ndarray, s_vals: np.ndarray, e_ptr: np.ndarray, e_vals: np.ndarray,
            arr_inst: np.ndarray, arr_also: np.ndarray, need: np.ndarray, own_start: np.ndarray, end_rank: np.ndarray,
-           end_time: np.ndarray, end_node: np.ndarray, n_ranks: int) -> tuple[np.ndarray, int]:  # pragma: no cover
-    """replay._levels' loop (its numpy form's levels and forced ends, exactly): ``indeg`` of each start event
-    (consumed), successors of each event and ends of each group as CSR (``*_ptr``, ``*_vals``), each start
-    event's group and second group, each group's arrivals; for end events their start event, rank code (0 ..
-    n_ranks-1), end time and node. Returns every event's level (start events first) and the forced ends."""
+           end_time: np.ndarray, end_node: np.ndarray, n_ranks: int, lev: np.ndarray, count: np.ndarray,
+           frontier: np.ndarray, k: int, forced: int) -> int:  # pragma: no cover
+    """replay._levels' loop (its numpy form's levels and forced ends, exactly), from where that one stands: the
+    events of level ``k`` to release (``frontier``), ``lev`` (-1: none yet) and each group's arrivals so far
+    (``count``), the forced ends so far; ``indeg`` of each start event left. Successors of each event and ends
+    of each group as CSR (``*_ptr``, ``*_vals``), each start event's group and second group, each group's
+    arrivals (``need``); for end events their start event, rank code (0 .. n_ranks-1), end time and node. Fills
+    ``lev`` (start events first) and returns the forced ends."""
     n_s, n_e = indeg.size, own_start.size
-    lev = np.full(n_s + n_e, -1, dtype=np.int64)
-    count = np.zeros(need.size, dtype=np.int64)
     fr, rel = np.empty(max(n_s, 1), dtype=np.int64), np.empty(n_s + n_e + 1, dtype=np.int64)
     done = np.empty(need.size, dtype=np.int64)
     best = np.empty(max(n_ranks, 1), dtype=np.int64)
-    nf = 0
-    for i in range(n_s):
-        if indeg[i] == 0:
-            fr[nf] = i
-            nf += 1
-    k, forced = 0, 0
+    nf = frontier.size
+    fr[:nf] = frontier
     while True:
         while nf > 0:
             nr, nd, got = 0, 0, False
@@ -253,4 +250,4 @@ def levels(indeg: np.ndarray, s_ptr: np.ndarray, s_vals: np.ndarray, e_ptr: np.n
                 if indeg[v] == 0:
                     fr[nf] = v
                     nf += 1
-    return lev, forced
+    return forced
