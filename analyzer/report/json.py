@@ -51,10 +51,30 @@ def clean(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: clean(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
+        if len(value) >= _COLUMNS_FROM:
+            return _clean_many(value)
         return [clean(v) for v in value]
     if isinstance(value, pl.Series):
         return clean(value.to_list())
     return value
+
+
+_COLUMNS_FROM = 16  # lists this long are cleaned a column at a time (records of thousands of ranks and steps)
+
+
+def _clean_many(values: list | tuple) -> list:
+    """``[clean(v) for v in values]``, the same values: floats (and nulls) rounded a column at a time with
+    ``_numbers``; a list of records with the same keys, a key at a time (what else clean does, as clean does)."""
+    first = values[0]
+    if type(first) is dict and all(type(v) is dict and len(v) == len(first) for v in values):
+        keys = tuple(first)
+        if all(tuple(v) == keys for v in values):
+            cols = [_clean_many([v[k] for v in values]) for k in keys]
+            return [dict(zip(keys, row)) for row in zip(*cols)]
+    # exactly float (a numpy float64 is one too, and round keeps its type); an int stays an int
+    if all(type(v) is float or v is None for v in values):
+        return _numbers(pl.Series(values, dtype=pl.Float64))
+    return [clean(v) for v in values]
 
 
 def _number(v: float | None) -> float | None:
@@ -125,15 +145,16 @@ def to_dict(a: Analysis) -> dict:
         rec = {k: row.get(k) for k in RANK_FIELDS}
         rec["step_time_ms"] = {"mean": row["step_time_mean_ms"], "p50": row["step_time_p50_ms"],
                                "max": row["step_time_max_ms"]}
-        ranks.append(clean(rec))
+        ranks.append(rec)
+    ranks = clean(ranks)
     roots = [_verdict(v) for v in a.roots]
-    ranking = [
-        clean({"rank": r["rank"], "root_caused_wait_ms": r["root_caused_wait_ns"] / NS_PER_MS,
-               "propagated_wait_ms": r["propagated_wait_ns"] / NS_PER_MS, "caused_wait_ms": r["caused_wait_ns"] / NS_PER_MS,
-               "wait_ms": r["wait_ns"] / NS_PER_MS, "last_arrival_pct": r["last_arrival_pct"],
-               "steps_last": r["steps_last"], "instances": r["instances"]})
+    ranking = clean([
+        {"rank": r["rank"], "root_caused_wait_ms": r["root_caused_wait_ns"] / NS_PER_MS,
+         "propagated_wait_ms": r["propagated_wait_ns"] / NS_PER_MS, "caused_wait_ms": r["caused_wait_ns"] / NS_PER_MS,
+         "wait_ms": r["wait_ns"] / NS_PER_MS, "last_arrival_pct": r["last_arrival_pct"],
+         "steps_last": r["steps_last"], "instances": r["instances"]}
         for r in a.ranking.to_dicts()
-    ]
+    ])
     fit = a.clock
     return {
         "schema": SCHEMA,
