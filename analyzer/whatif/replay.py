@@ -43,6 +43,7 @@ from ..rules import P2P_OPS
 LIST_WIDTH = 4  # successors / ends per key kept in a padded table; longer lists are read as ranges
 COMPILED_WAVES = 2_000  # from this many waves on, run() is numba's (waves.py)
 CELLS = 5_000_000  # scenario x node cells per replay batch (memory bound: ~9 float arrays of this size)
+CELLS_COMPILED = 1_000_000  # ... where numba replays it (waves.spans: the changes' 2 float arrays and a bool one)
 
 
 @dataclass(frozen=True)
@@ -561,7 +562,9 @@ def batched(a: Arrays, sch: Schedule, seg: Segments, fill: list[Callable[[Mods, 
     writes scenario i's changes. Scenarios run in batches that keep the (scenarios x nodes) arrays within
     ``CELLS``."""
     n = a.rank.size
-    batch = max(1, min(len(fill), CELLS // max(n, 1)))
+    # numba's replay (spans) takes a scenario at a time: small batches cost it nothing and keep memory down
+    cells = CELLS_COMPILED if measure is None and sch.n_waves >= COMPILED_WAVES else CELLS
+    batch = max(1, min(len(fill), cells // max(n, 1)))
     out: list[np.ndarray] = []
     for lo in range(0, len(fill), batch):
         part = fill[lo:lo + batch]
