@@ -37,7 +37,9 @@ def test_records_and_floats_cleaned_a_column_at_a_time_match_one_by_one() -> Non
     rng = np.random.default_rng(3)
     # ms values at every scale, halves of the 6th decimal (round's ties), huge, tiny, negative zero, NaN, inf, null
     floats = [float(v) for v in np.concatenate([rng.normal(0, 1e3, 300), rng.normal(0, 1e-5, 100),
-                                                np.round(rng.normal(0, 100, 100), 6) + 5e-7, [2.0**60, -2.0**55]])]
+                                                np.round(rng.normal(0, 100, 100), 6) + 5e-7, [2.0**60, -2.0**55],
+                                                rng.uniform(1e9, 2.0**34, 100), 1.7e12 + rng.random(50),  # start times
+                                                [2.0**33, np.nextafter(2.0**33, 0), -2.0**33]])]
     floats += [-0.0, 0.0, -1e-9, 1e-9, 0.0000005, 0.0000015, 2.5e-7, float("nan"), float("inf"), -float("inf"), None]
     rows = [{"rank": i, "ms": floats[i % len(floats)], "pct": floats[(7 * i) % len(floats)], "name": f"r{i}",
              "ok": bool(i % 2), "nested": {"mean": floats[(3 * i) % len(floats)], "n": i},

@@ -93,7 +93,11 @@ def _numbers(s: pl.Series) -> list[float | None]:
     with np.errstate(invalid="ignore", over="ignore"):
         f = x * _SIX_DECIMALS
         out = np.rint(f) / _SIX_DECIMALS
-        near = finite & ((np.abs(f - np.floor(f) - 0.5) < 1e-6) | (np.abs(f) > 2.0**50))
+        # from 2^33 on a double's spacing exceeds 1e-6, so the 6-decimal rounding is within half a spacing of x and
+        # round gives x back (absolute start times in ms: tens of thousands a report)
+        whole = finite & (np.abs(x) >= 2.0**33)
+        out[whole] = x[whole]
+        near = finite & ~whole & ((np.abs(f - np.floor(f) - 0.5) < 1e-6) | (np.abs(f) > 2.0**50))
     for i in np.flatnonzero(near):
         out[i] = round(float(x[i]), 6)
     vals = out.tolist()
