@@ -26,6 +26,8 @@ is its stream predecessor (most of a compute stream) needs no event: along such 
 inconsistent matches (crossing orders, which no order completes) are forced through, each rank's earliest
 blocked end with what has arrived, and counted.
 The wave schedule depends only on the graph, so it is built once and reused by every scenario.
+From ``COMPILED_WAVES`` waves on, the schedule's levels and the replay run compiled (waves.py: numba, one
+scenario at a time), with the same bits as the numpy form here.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from ..crossrank.graph import Graph
 from ..rules import P2P_OPS
 
 LIST_WIDTH = 4  # successors / ends per key kept in a padded table; longer lists are read as ranges
-COMPILED_WAVES = 2_000  # from this many waves on, run() is numba's (waves.py)
+COMPILED_WAVES = 2_000  # from this many waves on the replay runs in numba (waves.py); below, its load costs more
 CELLS = 5_000_000  # scenario x node cells per replay batch (memory bound: ~9 float arrays of this size)
 CELLS_COMPILED = 1_000_000  # ... where numba replays it (waves.spans: the changes' 2 float arrays and a bool one)
 
