@@ -52,10 +52,30 @@ def clean(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: clean(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
+        if len(value) >= _COLUMNS_FROM:
+            return _clean_many(value)
         return [clean(v) for v in value]
     if isinstance(value, pl.Series):
         return clean(value.to_list())
     return value
+
+
+_COLUMNS_FROM = 16  # lists this long are cleaned a column at a time (records of thousands of ranks and steps)
+
+
+def _clean_many(values: list | tuple) -> list:
+    """``[clean(v) for v in values]``, the same values: floats (and nulls) rounded a column at a time with
+    ``_numbers``; a list of records with the same keys, a key at a time (what else clean does, as clean does)."""
+    first = values[0]
+    if type(first) is dict and all(type(v) is dict and len(v) == len(first) for v in values):
+        keys = tuple(first)
+        if all(tuple(v) == keys for v in values):
+            cols = [_clean_many([v[k] for v in values]) for k in keys]
+            return [dict(zip(keys, row)) for row in zip(*cols)]
+    # exactly float (a numpy float64 is one too, and round keeps its type); an int stays an int
+    if all(type(v) is float or v is None for v in values):
+        return _numbers(pl.Series(values, dtype=pl.Float64))
+    return [clean(v) for v in values]
 
 
 def _number(v: float | None) -> float | None:
@@ -74,7 +94,11 @@ def _numbers(s: pl.Series) -> list[float | None]:
     with np.errstate(invalid="ignore", over="ignore"):
         f = x * _SIX_DECIMALS
         out = np.rint(f) / _SIX_DECIMALS
-        near = finite & ((np.abs(f - np.floor(f) - 0.5) < 1e-6) | (np.abs(f) > 2.0**50))
+        # from 2^33 on a double's spacing exceeds 1e-6, so the 6-decimal rounding is within half a spacing of x and
+        # round gives x back (absolute start times in ms: tens of thousands a report)
+        whole = finite & (np.abs(x) >= 2.0**33)
+        out[whole] = x[whole]
+        near = finite & ~whole & ((np.abs(f - np.floor(f) - 0.5) < 1e-6) | (np.abs(f) > 2.0**50))
     for i in np.flatnonzero(near):
         out[i] = round(float(x[i]), 6)
     vals = out.tolist()
@@ -127,15 +151,16 @@ def to_dict(a: Analysis) -> dict:
         rec = {k: row.get(k) for k in RANK_FIELDS}
         rec["step_time_ms"] = {"mean": row["step_time_mean_ms"], "p50": row["step_time_p50_ms"],
                                "max": row["step_time_max_ms"]}
-        ranks.append(clean(rec))
+        ranks.append(rec)
+    ranks = clean(ranks)
     roots = [_verdict(v) for v in a.roots]
-    ranking = [
-        clean({"rank": r["rank"], "root_caused_wait_ms": r["root_caused_wait_ns"] / NS_PER_MS,
-               "propagated_wait_ms": r["propagated_wait_ns"] / NS_PER_MS, "caused_wait_ms": r["caused_wait_ns"] / NS_PER_MS,
-               "wait_ms": r["wait_ns"] / NS_PER_MS, "last_arrival_pct": r["last_arrival_pct"],
-               "steps_last": r["steps_last"], "instances": r["instances"]})
+    ranking = clean([
+        {"rank": r["rank"], "root_caused_wait_ms": r["root_caused_wait_ns"] / NS_PER_MS,
+         "propagated_wait_ms": r["propagated_wait_ns"] / NS_PER_MS, "caused_wait_ms": r["caused_wait_ns"] / NS_PER_MS,
+         "wait_ms": r["wait_ns"] / NS_PER_MS, "last_arrival_pct": r["last_arrival_pct"],
+         "steps_last": r["steps_last"], "instances": r["instances"]}
         for r in a.ranking.to_dicts()
-    ]
+    ])
     fit = a.clock
     return {
         "schema": SCHEMA,

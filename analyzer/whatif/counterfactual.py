@@ -171,27 +171,27 @@ def analyze(g: Graph, steps: pl.DataFrame, rl: Roles, dims: dict[str, str] | Non
     rank_nodes = {r: np.flatnonzero(rank == r) for r in by_rank}
     for r in by_rank:
         rows.append(("by_rank", r, _put_back(idl, host, rank_nodes[r])))
-    stage_of = np.array([rl.stage.get(int(r), -1) for r in rank]) if rl.stage else None
+    stage_of = _per_rank(rank, rl.stage) if rl.stage else None
     if stage_of is not None:
         for s in sorted(set(rl.stage.values())):
             rows.append(("by_stage", s, _put_back(idl, host, np.flatnonzero(stage_of == s))))
     if rl.replicated and rl.replica:
-        rep = np.array([rl.replica.get(int(r), -1) for r in rank])
+        rep = _per_rank(rank, rl.replica)
         # (the study's model, run to compare with its published attribution, replays every replica up to 32)
         worth = _worth(rep[rep >= 0], node_step[rep >= 0], excess[rep >= 0], 0.0 if study else floor)[0]
         for j in worth[:MAX_GROUPS if study else MAX_REPLICAS]:
             rows.append(("by_dp_replica", j, _put_back(idl, host, np.flatnonzero(rep == j))))
     inst_pg = g.instances.sort("inst")["pg"]
+    # groups of nodes by a text key, compared in polars (a numpy object array compares in Python, per element)
     if dims:
-        node_dim = nodes["pg"].replace_strict(dims, default=None, return_dtype=pl.Utf8).to_numpy()
-        inst_dim = inst_pg.replace_strict(dims, default=None, return_dtype=pl.Utf8).to_numpy()
+        node_dim = nodes["pg"].replace_strict(dims, default=None, return_dtype=pl.Utf8)
+        inst_dim = inst_pg.replace_strict(dims, default=None, return_dtype=pl.Utf8)
         for d in sorted({d for d in dims.values() if d and d != "unknown"}):
-            rows.append(("by_dimension", d, _put_back(idl, host, np.flatnonzero(node_dim == d),
-                                                      np.flatnonzero(inst_dim == d))))
-    op_t = _op_type(nodes).to_numpy()
-    inst_op = op_t[g.instances.sort("inst")["last_node"].to_numpy()] if g.instances.height else op_t[:0]
-    for t in sorted({str(x) for x in op_t}):
-        rows.append(("by_op", t, _put_back(idl, host, np.flatnonzero(op_t == t), np.flatnonzero(inst_op == t))))
+            rows.append(("by_dimension", d, _put_back(idl, host, _where(node_dim, d), _where(inst_dim, d))))
+    op_t = _op_type(nodes)
+    inst_op = op_t.gather(g.instances.sort("inst")["last_node"]) if g.instances.height else op_t.clear()
+    for t in sorted({str(x) for x in op_t.unique().to_list()}):
+        rows.append(("by_op", t, _put_back(idl, host, _where(op_t, t), _where(inst_op, t))))
     last_stage = max(rl.stage.values()) if rl.stage else None
     if stage_of is not None:
         rows.append(("", "remove_last_stage", _remove(idl, host, np.flatnonzero(stage_of == last_stage))))
@@ -305,6 +305,17 @@ def analyze(g: Graph, steps: pl.DataFrame, rl: Roles, dims: dict[str, str] | Non
         attribution=attribution, m_w=m_w, m_s=m_s, roots=tuple(roots), bottleneck_stage=neck,
         no_straggler_ns=rep_ns - roots[0].saving_ns if roots else None,
         ideal_changes=idl, steps=int(t_rep.size), workers=workers)
+
+
+def _per_rank(rank: np.ndarray, of: dict[int, int]) -> np.ndarray:
+    """``of[rank]`` for each node's rank (-1 where absent), looked up once per distinct rank."""
+    keys, inv = np.unique(rank, return_inverse=True)
+    return np.array([of.get(int(r), -1) for r in keys], dtype=np.int64)[inv]
+
+
+def _where(s: pl.Series, value: str) -> np.ndarray:
+    """Positions of ``s`` equal to ``value`` (nulls never are)."""
+    return np.flatnonzero((s == value).fill_null(False).to_numpy())
 
 
 def _put_back(idl: Ideal, host: bool, nodes: np.ndarray, insts: np.ndarray | None = None

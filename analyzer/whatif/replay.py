@@ -26,12 +26,15 @@ is its stream predecessor (most of a compute stream) needs no event: along such 
 inconsistent matches (crossing orders, which no order completes) are forced through, each rank's earliest
 blocked end with what has arrived, and counted.
 The wave schedule depends only on the graph, so it is built once and reused by every scenario.
+From ``COMPILED_WAVES`` waves on, the schedule's levels and the replay run compiled (waves.py: numba, one
+scenario at a time), with the same bits as the numpy form here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import ModuleType
 
 import numpy as np
 import polars as pl
@@ -40,7 +43,9 @@ from ..crossrank.graph import Graph
 from ..rules import P2P_OPS
 
 LIST_WIDTH = 4  # successors / ends per key kept in a padded table; longer lists are read as ranges
+COMPILED_WAVES = 2_000  # from this many waves on the replay runs in numba (waves.py); below, its load costs more
 CELLS = 5_000_000  # scenario x node cells per replay batch (memory bound: ~9 float arrays of this size)
+CELLS_COMPILED = 1_000_000  # ... where numba replays it (waves.spans: the changes' 2 float arrays and a bool one)
 
 
 @dataclass(frozen=True)
@@ -249,7 +254,7 @@ class _Lists:
         return out
 
 
-def _levels(a: Arrays) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+def _levels(a: Arrays, compiled: bool | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
     """Each event's level: the length of the longest chain of events it depends on (Kahn's algorithm, one
     pass per level). Events of one level depend only on earlier levels (an end also on its instance's
     arrivals, which may share its level): the replay's loop runs once per level, not once per event of the
@@ -285,8 +290,16 @@ def _levels(a: Arrays) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, 
     forced, k = 0, 0
     inst_slot, start_slot = np.empty(n_inst, dtype=np.int64), np.empty(max(n_s, 1), dtype=np.int64)  # _distinct
     fr = np.flatnonzero(indeg == 0)
+    # numpy for the first COMPILED_WAVES levels; past that, numba's loop (waves.levels) from where this one stands
+    handoff = (0 if compiled else -1) if compiled is not None else COMPILED_WAVES
     while True:
         while fr.size:
+            if k == handoff and (waves := _compiled(True)) is not None:
+                ranks = np.unique(a.rank[ends])
+                forced = waves.levels(indeg, succ.ptr, succ.vals, inst_ends.ptr, inst_ends.vals, arr_inst, arr_also,
+                                      need, own_start, np.searchsorted(ranks, a.rank[ends]), a.end[ends], ends,
+                                      ranks.size, lev, count, fr, k, forced)
+                return lead, lev[:n_s], ends, lev[n_s:], forced
             lev[fr] = k
             ai = arr_inst[fr]
             got = ai >= 0
@@ -342,9 +355,11 @@ def _distinct(ids: np.ndarray, slot: np.ndarray) -> np.ndarray:
     return ids[slot[ids] == at]
 
 
-def schedule(a: Arrays) -> Schedule:
-    """The level of every event and its layout for :func:`run` (structure only; shared by all scenarios)."""
-    lead, lev_s, ends, lev_e, forced = _levels(a)
+def schedule(a: Arrays, compiled: bool | None = None) -> Schedule:
+    """The level of every event and its layout for :func:`run` (structure only; shared by all scenarios).
+    ``compiled``: the levels found by numba's loop or numpy's (the same; by default numba's past
+    ``COMPILED_WAVES`` levels)."""
+    lead, lev_s, ends, lev_e, forced = _levels(a, compiled)
     n = a.rank.size
     nw = int(max(lev_s.max(initial=-1), lev_e.max(initial=-1))) + 1
     o = np.argsort(lev_s, kind="stable")
@@ -386,8 +401,12 @@ def schedule(a: Arrays) -> Schedule:
         xg_off=np.searchsorted(xg_w, np.arange(nw + 1)), xg_first=xg_at - x_off[xg_w])
 
 
-def run(a: Arrays, sch: Schedule, mods: Mods) -> tuple[np.ndarray, np.ndarray]:
-    """Δs, Δe (S, nodes) of every operation under each scenario row of ``mods``."""
+def run(a: Arrays, sch: Schedule, mods: Mods, compiled: bool | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Δs, Δe (S, nodes) of every operation under each scenario row of ``mods``. ``compiled``: numba's form
+    (waves.py, one scenario at a time) or this numpy one; by default numba from ``COMPILED_WAVES`` waves on
+    (both give the same bits)."""
+    if (waves := _compiled(sch.n_waves >= COMPILED_WAVES if compiled is None else compiled)) is not None:
+        return waves.run(*_compiled_args(a, sch, mods))
     s, n = mods.ddur.shape
     co = a.chain_order
     # along a chain Δe grows by each member's (gap change, at least −gap) + duration change: a prefix sum,
@@ -455,6 +474,27 @@ def run(a: Arrays, sch: Schedule, mods: Mods) -> tuple[np.ndarray, np.ndarray]:
     return ds, de_out
 
 
+def _compiled(use: bool) -> ModuleType | None:
+    """analyzer.whatif.waves where it is to run (``use``), imported on first use (numba's import and the cached
+    machine code cost ~0.45 s of CPU); None for the numpy form, also where numba cannot run (no place to cache
+    its machine code raises at import): the same bits."""
+    if not use:
+        return None
+    try:
+        from . import waves
+    except (ImportError, RuntimeError, OSError):
+        return None
+    return waves
+
+
+def _compiled_args(a: Arrays, sch: Schedule, mods: Mods) -> tuple:
+    return (mods.ddur, mods.dgap, mods.dtr, mods.hide, a.chain_order, a.chain_floor, a.chain_first, a.chain_pos,
+            a.slack, a.dur[sch.x_e].astype(np.float64), a.parent, a.lead, a.chain_lead, a.n_instances, sch.s_off,
+            sch.x_s, sch.bpx, sch.spx, sch.rb, sch.rs, sch.x_off, sch.xg_off, sch.xg_first, sch.x_root, sch.x_cpos,
+            sch.x_dpos, sch.x_slack, sch.a_off, sch.g_off, sch.g_first, sch.g_inst, sch.a_pos, sch.a_wait, sch.e_off,
+            sch.x_e, sch.e_inst, sch.e_pos)
+
+
 @dataclass(frozen=True)
 class Segments:
     """Nodes grouped by (rank, step) window, for step times."""
@@ -507,19 +547,31 @@ def step_spans(seg: Segments, ds: np.ndarray, de: np.ndarray) -> np.ndarray:
     return span[None, :] + end_shift - first
 
 
+def spans(a: Arrays, sch: Schedule, seg: Segments, mods: Mods, compiled: bool | None = None) -> np.ndarray:
+    """``step_spans(seg, *run(a, sch, mods))``; compiled (``compiled`` as in :func:`run`), without the (scenarios x
+    nodes) arrays of deltas."""
+    if seg.order.size and (waves := _compiled(sch.n_waves >= COMPILED_WAVES if compiled is None else compiled)) is not None:
+        t = seg.table
+        return waves.spans(*_compiled_args(a, sch, mods), seg.order, seg.bounds, seg.rel_start, seg.rel_end,
+                           (t["last_ns"] - t["first_ns"]).to_numpy().astype(np.float64),
+                           t["span_ns"].to_numpy().astype(np.float64), seg.next_seg)
+    return step_spans(seg, *run(a, sch, mods, compiled))
+
+
 def batched(a: Arrays, sch: Schedule, seg: Segments, fill: list[Callable[[Mods, int], None]],
             measure: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None) -> list[np.ndarray]:
     """Replayed span per (rank, step) window of each scenario (or ``measure(ds, de)`` of it); ``fill(mods, i)``
     writes scenario i's changes. Scenarios run in batches that keep the (scenarios x nodes) arrays within
     ``CELLS``."""
     n = a.rank.size
-    batch = max(1, min(len(fill), CELLS // max(n, 1)))
+    # numba's replay (spans) takes a scenario at a time: small batches cost it nothing and keep memory down
+    cells = CELLS_COMPILED if measure is None and sch.n_waves >= COMPILED_WAVES else CELLS
+    batch = max(1, min(len(fill), cells // max(n, 1)))
     out: list[np.ndarray] = []
     for lo in range(0, len(fill), batch):
         part = fill[lo:lo + batch]
         mods = Mods.zeros(len(part), n, a.n_graph_instances)
         for i, f in enumerate(part):
             f(mods, i)
-        ds, de = run(a, sch, mods)
-        out.extend(step_spans(seg, ds, de) if measure is None else measure(ds, de))
+        out.extend(spans(a, sch, seg, mods) if measure is None else measure(*run(a, sch, mods)))
     return out
