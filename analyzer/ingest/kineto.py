@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import polars as pl
 
 from ..errors import TraceError
 from ..model import ProcessGroup, RankMeta, RankTrace
@@ -170,10 +171,14 @@ def read_tables_exact(path: Path, options: ReadOptions, cpu_ops: bool = True) ->
 
 
 def _rank_trace(path: Path, meta: RankMeta, tables: Any) -> RankTrace:
-    """The tables, built with ``meta.rank`` in their ``rank`` column (unknown ranks: the loader assigns one)."""
+    """The tables with ``meta.rank`` in their ``rank`` column (the readers build them so; unknown ranks: the
+    loader assigns one)."""
     gpu, cpu, comm_calls, (steps, on_gpu) = tables
     if gpu.height == 0:
         raise TraceError(path, "has no GPU activity (no kernels, memcpy or memset)", "profile with CUDA activities on")
+    if gpu["rank"][0] != meta.rank:  # tables built for another rank (``_Selection.tables``' default)
+        rank = pl.lit(meta.rank, dtype=pl.Int32).alias("rank")
+        gpu, cpu, comm_calls, steps = (df.with_columns(rank) for df in (gpu, cpu, comm_calls, steps))
     return RankTrace(meta=meta, gpu=gpu, cpu=cpu, comm_calls=comm_calls, steps=steps, steps_on_gpu=on_gpu)
 
 

@@ -132,9 +132,9 @@ class _Selection:
         if len(gpu) + len(cpu) > self.max_events:
             raise TooManyEvents(len(gpu) + len(cpu))
 
-    def tables(self, times: _Times, rank: int
+    def tables(self, times: _Times, rank: int = 0
                ) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, tuple[pl.DataFrame, bool]] | None:
-        """The four tables, their ``rank`` column set; None: a timestamp needs the text path."""
+        """The four tables, ``rank`` in their ``rank`` column; None: a timestamp needs the text path."""
         markers, on_gpu = step_events(self.gpu_steps, self.cpu_steps)
         try:
             g, c, m, s = spans(times, self.gpu, self.cpu, self.comm, markers)

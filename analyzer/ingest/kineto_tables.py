@@ -110,7 +110,7 @@ Span = tuple[pl.Series, pl.Series]  # (start_ns, end_ns) of a table's events; en
 def spans(times: _Times, *sels: list[Any]) -> list[Span]:
     """Each selection's (start_ns, end_ns), from one conversion over all of them: one Polars query a rank,
     not one a table (a small rank's fixed cost). End stays null where ``dur`` is not a number; tables that
-    read a missing duration as 0 take ``filled``."""
+    read a missing duration as 0 fill it while conforming (``_FILLED_END``)."""
     start, end = times([e.ts for sel in sels for e in sel], [e.dur for sel in sels for e in sel], False)
     out, at = [], 0
     for sel in sels:
@@ -119,22 +119,33 @@ def spans(times: _Times, *sels: list[Any]) -> list[Span]:
     return out
 
 
-def filled(span: Span) -> Span:
-    """A missing duration read as 0: ``start + dur.fill_null(0)``."""
-    start, end = span
-    return start, end.fill_null(start)
+_FILLED_END = pl.col("end_ns").fill_null(pl.col("start_ns"))  # a missing duration read as 0: start + 0
+# per table: its schema and the columns computed while conforming (besides ``rank``)
+_TABLES: dict[str, tuple[dict[str, pl.DataType], dict[str, pl.Expr]]] = {
+    "gpu": (GPU_SCHEMA, {"kind": gpu_kind(pl.col("cat"), pl.col("name"))}),
+    "cpu": (CPU_SCHEMA, {"end_ns": _FILLED_END}),
+    "comm": (COMM_CALL_SCHEMA, {"end_ns": _FILLED_END}),
+    "steps": (STEP_SCHEMA, {}),
+}
+_EXPRS: dict[tuple[str, tuple[str, ...]], list[pl.Expr]] = {}
 
 
-def _canonical(df: pl.DataFrame, schema: dict[str, pl.DataType], **computed: pl.Expr) -> pl.DataFrame:
-    """``model.conform(df.with_columns(**computed), schema).sort("start_ns")`` in two queries, not four: for
-    thousands of small ranks Polars' fixed cost per query is most of a rank's parse (an eager select beat
-    the same chain as one lazy query, whose planning cost more than it saved, 0.45 against 0.26 ms)."""
-    cols = [
-        (computed[n] if n in computed else pl.col(n)).cast(t, strict=False).alias(n)
-        if n in computed or n in df.columns else pl.lit(None, dtype=t).alias(n)
-        for n, t in schema.items()
-    ]
-    return df.select(cols).sort("start_ns")
+def _canonical(df: pl.DataFrame, table: str, rank: int) -> pl.DataFrame:
+    """``model.conform(df.with_columns(rank, computed), schema).sort("start_ns")`` in two queries, not four,
+    with the expressions built once per table: for thousands of small ranks Polars' fixed cost per query
+    and per expression is most of a rank's parse (an eager select beat the same chain as one lazy query,
+    whose planning cost more than it saved: 0.45 against 0.26 ms)."""
+    key = (table, tuple(df.columns))
+    cols = _EXPRS.get(key)
+    if cols is None:
+        schema, computed = _TABLES[table]
+        cols = _EXPRS[key] = [
+            (computed[n] if n in computed else pl.col(n)).cast(t, strict=False).alias(n)
+            if n in computed or n in df.columns else pl.lit(None, dtype=t).alias(n)
+            for n, t in schema.items()
+        ]
+    at = list(_TABLES[table][0]).index("rank")
+    return df.select([*cols[:at], pl.lit(rank, dtype=pl.Int32).alias("rank"), *cols[at + 1 :]]).sort("start_ns")
 
 
 def _gpu_table(sel: list[Any], rank: int, span: Span) -> pl.DataFrame:
@@ -155,7 +166,7 @@ def _gpu_table(sel: list[Any], rank: int, span: Span) -> pl.DataFrame:
             "correlation": _int_series([a.correlation for a in args]),
         }
     )
-    return _canonical(df, GPU_SCHEMA, rank=pl.lit(rank, dtype=pl.Int32), kind=gpu_kind(pl.col("cat"), pl.col("name")))
+    return _canonical(df, "gpu", rank)
 
 
 _NO_ARGS = _Args()
@@ -164,7 +175,7 @@ _NO_ARGS = _Args()
 def _cpu_table(sel: list[Any], rank: int, span: Span) -> pl.DataFrame:
     if not sel:
         return conform(pl.DataFrame(), CPU_SCHEMA)
-    start, end = filled(span)
+    start, end = span  # a missing duration is read as 0 (``_FILLED_END``)
     args = [e.args or _NO_ARGS for e in sel]
     df = pl.DataFrame(
         {
@@ -181,7 +192,7 @@ def _cpu_table(sel: list[Any], rank: int, span: Span) -> pl.DataFrame:
     )
     if start.null_count():
         df = df.filter(pl.col("start_ns").is_not_null())
-    return _canonical(df, CPU_SCHEMA, rank=pl.lit(rank, dtype=pl.Int32))
+    return _canonical(df, "cpu", rank)
 
 
 def _ranks_text(value: Any) -> str | None:
@@ -213,7 +224,7 @@ def _as_int(value: Any) -> int | None:
 def _comm_calls(sel: list[Any], rank: int, span: Span) -> pl.DataFrame:
     if not sel:
         return conform(pl.DataFrame(), COMM_CALL_SCHEMA)
-    start, end = filled(span)
+    start, end = span  # a missing duration is read as 0 (``_FILLED_END``)
     rows: dict[str, list[Any]] = {k: [] for k in ("op", "pg", "pg_desc", "dtype", "in_bytes", "out_bytes",
                                                   "group_size", "group_ranks", "peer", "peer_group_rank",
                                                   "in_splits", "out_splits")}
@@ -240,7 +251,7 @@ def _comm_calls(sel: list[Any], rank: int, span: Span) -> pl.DataFrame:
                           "peer_group_rank": pl.Int32},
         strict=False,
     )
-    return _canonical(df, COMM_CALL_SCHEMA, rank=pl.lit(rank, dtype=pl.Int32))
+    return _canonical(df, "comm", rank)
 
 
 def step_events(gpu_sel: list[Any], cpu_sel: list[Any]) -> tuple[list[Any], bool]:
@@ -252,12 +263,12 @@ def _steps(sel: list[Any], on_gpu: bool, rank: int, span: Span) -> tuple[pl.Data
     """Step windows from ``step_events``' markers."""
     if not sel:
         return conform(pl.DataFrame(), STEP_SCHEMA), False
-    start, end = filled(span)
+    start, end = span
     df = pl.DataFrame(
         {"step": [_step_number(str(e.name), i) for i, e in enumerate(sel)], "start_ns": start, "end_ns": end}
     )
-    windows = df.group_by("step").agg(pl.col("start_ns").min(), pl.col("end_ns").max())
-    return _canonical(windows, STEP_SCHEMA, rank=pl.lit(rank, dtype=pl.Int32)), on_gpu
+    windows = df.group_by("step").agg(pl.col("start_ns").min(), _FILLED_END.max())
+    return _canonical(windows, "steps", rank), on_gpu
 
 
 def _step_number(name: str, ordinal: int) -> int:
