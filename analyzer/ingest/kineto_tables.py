@@ -214,6 +214,9 @@ def _numbers_text(value: str) -> str | None:
     return ",".join(nums) if nums else None
 
 
+_op = functools.lru_cache(maxsize=256)(op_from_collective_name)  # a rank repeats a few collective names
+
+
 def _as_int(value: Any) -> int | None:
     try:
         return int(value)
@@ -232,7 +235,7 @@ def _comm_calls(sel: list[Any], rank: int, span: Span) -> pl.DataFrame:
         a = e.args
         size = dtype_size(a.dtype)
         n_in, n_out = _as_int(a.in_nelems), _as_int(a.out_nelems)
-        rows["op"].append(op_from_collective_name(str(a.collective)) if a.collective else None)
+        rows["op"].append(_op(str(a.collective)) if a.collective else None)
         rows["pg"].append(str(a.pg_name) if a.pg_name is not None else None)
         rows["pg_desc"].append(str(a.pg_desc) if a.pg_desc is not None else None)
         rows["dtype"].append(str(a.dtype) if a.dtype is not None else None)
