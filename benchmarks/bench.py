@@ -187,7 +187,11 @@ REAL = {
     # the project's own H100 captures: FSDP2 with kernels from three threads, and TP x DP with Python stacks
     "fsdp_threads": (ROOT / "sample_traces" / "real_parallel" / "fsdp_threads_balanced", None, 50),
     "tp_dp_stack": (ROOT / "sample_traces" / "real_parallel" / "tp_dp_stack_balanced", None, 50),
+    # issue #33's heavier mix (its H200 FSDP capture: 40% cuda_runtime, 43% ac2g, 11% cpu_op, 2% kernels, one
+    # event per line): fsdp_balanced re-encoded one compact event per line with 1/3 of its unread cpu_op kept
+    "fsdp_heavy": (SHARED / "gpu_h200" / "fsdp_balanced", 500, 50),
 }
+HEAVY = {"fsdp_heavy"}  # sets written with ``replicate_dir(..., heavy=True)``
 # Long captures kept as they were written (no replication), when someone has made one on a GPU, e.g.
 #   capture_parallel.py OUT --scenarios fsdp_threads --variants balanced --steps 64 --tag _long
 # with the rank files gunzipped into benchmarks/data/captured/<name>/. Ranks of CAPTURED_BIG_MB and more get
@@ -218,7 +222,7 @@ def real_workload(name: str, mb: float) -> Path:
     if len(list(out.glob("*.json"))) != want:
         shutil.rmtree(out, ignore_errors=True)
         t = time.perf_counter()
-        replicate_dir(src, out, mb)
+        replicate_dir(src, out, mb, heavy=name in HEAVY)
         print(f"replicated {name} to {mb:g} MB per rank in {time.perf_counter() - t:.0f} s", file=sys.stderr)
     return out
 

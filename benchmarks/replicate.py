@@ -77,7 +77,8 @@ def _copy(e: dict[str, Any], k: int, shift: Decimal, ids: int, steps: int) -> di
     return out
 
 
-def replicate_file(src: Path, dst: Path, mb: float, gap_us: int = 1000, copies: int | None = None) -> int:
+def replicate_file(src: Path, dst: Path, mb: float, gap_us: int = 1000, copies: int | None = None,
+                   heavy: bool = False) -> int:
     """Write ``dst`` (plain JSON) of about ``mb`` MB from ``src``'s events repeated in time (or ``copies``
     times); returns the copies.
 
@@ -85,17 +86,23 @@ def replicate_file(src: Path, dst: Path, mb: float, gap_us: int = 1000, copies: 
     the spacing) with only its numbers patched (``_templates``), and copies are joined as the source joins
     its events: a parser is measured on the bytes a real capture has. A source whose numbers cannot be
     patched so is re-encoded compactly, one event per line.
+
+    ``heavy``: the issue #33 mix (a real H200 FSDP capture with ~40% ``cuda_runtime``, 43% ``ac2g``, 11%
+    ``cpu_op``, 2% kernels, one compact event per line): events re-encoded one per line, and of the
+    ``cpu_op`` events no table reads (not ``record_param_comms``, not a step) one in three kept.
     """
     raw = _text(src)
     doc = _load(src)
     events = doc.pop("traceEvents")
+    if heavy:
+        events = _thinned(events)
     body_at = [i for i, e in enumerate(events) if e.get("ph") != "M"]
     meta = [e for e in events if e.get("ph") == "M"]
     body = [events[i] for i in body_at]
     lo, hi = _span_us(body)
     period = int(math.ceil(hi - lo)) + gap_us
     ids, steps = _id_stride(body), _step_stride(body)
-    cut = _event_texts(raw, events)
+    cut = _event_texts(raw, events) if not heavy else _line_texts(doc, events)
     dst.parent.mkdir(parents=True, exist_ok=True)
     temps = None
     if cut is not None:
@@ -121,6 +128,26 @@ def replicate_file(src: Path, dst: Path, mb: float, gap_us: int = 1000, copies: 
             first = False
         fh.write(tail)
     return copies
+
+
+def _thinned(events: list[dict[str, Any]], keep: int = 3) -> list[dict[str, Any]]:
+    """Every event but two in three ``cpu_op`` events that no table reads (the heavy mix has 11% ``cpu_op``)."""
+    out, n = [], 0
+    for e in events:
+        name = e.get("name")
+        if e.get("cat") == "cpu_op" and name != "record_param_comms" and not (
+                isinstance(name, str) and _STEP.match(name)):
+            n += 1
+            if n % keep:
+                continue
+        out.append(e)
+    return out
+
+
+def _line_texts(doc: dict[str, Any], events: list[dict[str, Any]]) -> tuple[bytes, list[bytes], bytes, bytes]:
+    """The cut of ``_event_texts`` for a compact document with one event per line."""
+    head = _ENC.encode(doc)[:-1] + (b", " if doc else b"") + b'"traceEvents": [\n'
+    return head, [_ENC.encode(e) for e in events], b",\n", b"\n]}\n"
 
 
 def _text(path: Path) -> bytes:
@@ -205,17 +232,18 @@ def trace_files(folder: Path) -> list[Path]:
                   if p.name.endswith((".json", ".json.gz")) and p.name != "ground_truth.json")
 
 
-def replicate_dir(src: Path, dst: Path, mb: float, ranks: int | None = None) -> list[Path]:
+def replicate_dir(src: Path, dst: Path, mb: float, ranks: int | None = None, heavy: bool = False) -> list[Path]:
     """Every trace file of ``src`` (or ``src`` itself) scaled to ``mb`` MB each, into ``dst``.
 
-    ``ranks``: take the first N files only; a single-file source is written once (one rank).
+    ``ranks``: take the first N files only; a single-file source is written once (one rank). ``heavy``:
+    see ``replicate_file``.
     """
     files = (trace_files(src) if src.is_dir() else [src])[: ranks or None]
     out: list[Path] = []
     copies = None  # every rank gets as many copies as the first, so collectives still match across ranks
     for p in files:
         target = dst / p.name.removesuffix(".gz")
-        copies = replicate_file(p, target, mb, copies=copies)
+        copies = replicate_file(p, target, mb, copies=copies, heavy=heavy)
         out.append(target)
     return out
 
@@ -245,8 +273,9 @@ def main() -> None:
     ap.add_argument("out", type=Path)
     ap.add_argument("--mb", type=float, default=500)
     ap.add_argument("--ranks", type=int, default=None)
+    ap.add_argument("--heavy", action="store_true", help="issue #33's mix: one event per line, 1/3 of cpu_op kept")
     a = ap.parse_args()
-    for p in replicate_dir(a.src, a.out, a.mb, a.ranks):
+    for p in replicate_dir(a.src, a.out, a.mb, a.ranks, heavy=a.heavy):
         print(p, f"{p.stat().st_size / 1e6:.0f} MB", mix_text(event_mix(p)))
 
 

@@ -54,3 +54,30 @@ def test_a_one_line_source_stays_one_line(tmp_path: Path) -> None:
     assert text.count(b"\n") == 0 and b'}, {"ph": ' in text
     assert len(json.loads(text)["traceEvents"]) == 3 * len(doc["traceEvents"]) - 2 * sum(
         e.get("ph") == "M" for e in doc["traceEvents"])
+
+
+def test_the_heavy_mix_is_one_event_per_line_and_drops_only_events_no_table_reads(tmp_path: Path) -> None:
+    """``--heavy`` (issue #33's mix): compact events one per line, two in three unread cpu_op events left out;
+    the tables commscope reads are those of a plain copy."""
+    from analyzer.ingest.kineto import read_tables
+    from analyzer.ingest.options import ReadOptions
+
+    plain, heavy = tmp_path / "plain" / "rank0.json", tmp_path / "heavy" / "rank0.json"
+    replicate_file(SRC, plain, mb=0, copies=2)
+    replicate_file(SRC, heavy, mb=0, copies=2, heavy=True)
+    lines = heavy.read_bytes().split(b"\n")
+    src = json.loads(gzip.decompress(SRC.read_bytes()), parse_float=Decimal)["traceEvents"]
+    got = json.loads(heavy.read_bytes(), parse_float=Decimal)["traceEvents"]
+    assert len(lines) == len(got) + 3  # the header line, one line per event, "]}" and the final newline
+    assert all(json.loads(line.rstrip(b","), parse_float=Decimal) == e for line, e in zip(lines[1:], got))
+
+    def unread(e: dict) -> bool:
+        return e.get("cat") == "cpu_op" and e["name"] != "record_param_comms" and not e["name"].startswith("ProfilerStep#")
+
+    n_src, n_got = sum(map(unread, src)), sum(map(unread, got))
+    assert n_got == 2 * (n_src // 3)  # one in three, per copy
+    assert sum(not unread(e) and e.get("ph") != "M" for e in got) == 2 * sum(
+        not unread(e) and e.get("ph") != "M" for e in src)
+    a, b = (read_tables(p, ReadOptions(), cpu_ops=False)[0] for p in (plain, heavy))
+    for x, y in ((a.gpu, b.gpu), (a.cpu, b.cpu), (a.comm_calls, b.comm_calls), (a.steps, b.steps)):
+        assert x.equals(y)

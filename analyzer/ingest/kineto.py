@@ -148,13 +148,15 @@ def _read_tables(path: Path, options: ReadOptions, cpu_ops: bool) -> list[RankTr
         sel = _Selection(trace, options, cpu_ops)
         sel.feed(trace.traceEvents)
         trace.traceEvents = []
-        tables = sel.tables(_text_times)
+        meta = _rank_meta(path, sel.header, options, sel.not_complete)
+        tables = sel.tables(_text_times, meta.rank)
     else:
         del data
-        tables = sel.tables(_number_times)
+        meta = _rank_meta(path, sel.header, options, sel.not_complete)
+        tables = sel.tables(_number_times, meta.rank)
         if tables is None:  # a float timestamp past 2^43 µs: needs the raw text
             return read_tables_exact(path, options, cpu_ops)
-    return [_rank_trace(path, _rank_meta(path, sel.header, options, sel.not_complete), tables)]
+    return [_rank_trace(path, meta, tables)]
 
 
 def read_tables_exact(path: Path, options: ReadOptions, cpu_ops: bool = True) -> list[RankTrace]:
@@ -164,16 +166,19 @@ def read_tables_exact(path: Path, options: ReadOptions, cpu_ops: bool = True) ->
     trace = _decode_with(_DECODER, data, path)
     sel = _Selection(trace, options, cpu_ops)
     sel.feed(trace.traceEvents)
-    return [_rank_trace(path, _rank_meta(path, trace, options, sel.not_complete), sel.tables(_text_times))]
+    meta = _rank_meta(path, trace, options, sel.not_complete)
+    return [_rank_trace(path, meta, sel.tables(_text_times, meta.rank))]
 
 
 def _rank_trace(path: Path, meta: RankMeta, tables: Any) -> RankTrace:
-    """Tables are built before the rank is known; stamp it here (unknown ranks: the loader assigns one)."""
+    """The tables with ``meta.rank`` in their ``rank`` column (the readers build them so; unknown ranks: the
+    loader assigns one)."""
     gpu, cpu, comm_calls, (steps, on_gpu) = tables
     if gpu.height == 0:
         raise TraceError(path, "has no GPU activity (no kernels, memcpy or memset)", "profile with CUDA activities on")
-    rank = pl.lit(meta.rank, dtype=pl.Int32).alias("rank")
-    gpu, cpu, comm_calls, steps = (df.with_columns(rank) for df in (gpu, cpu, comm_calls, steps))
+    if gpu["rank"][0] != meta.rank:  # tables built for another rank (``_Selection.tables``' default)
+        rank = pl.lit(meta.rank, dtype=pl.Int32).alias("rank")
+        gpu, cpu, comm_calls, steps = (df.with_columns(rank) for df in (gpu, cpu, comm_calls, steps))
     return RankTrace(meta=meta, gpu=gpu, cpu=cpu, comm_calls=comm_calls, steps=steps, steps_on_gpu=on_gpu)
 
 

@@ -15,6 +15,7 @@ the same (tested on every real capture). None means "not this layout": ``kineto.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import msgspec
 import numpy as np
@@ -142,7 +143,7 @@ def block_select(data: Buffer, header: _Header, options: ReadOptions, cpu_ops: b
                 json_depth.check(data[int(s[i]) : int(ends[i])], limit, outer=2)
         c = frame["c"]
         hit, two = frame["hit"].to_numpy(), frame["two"].to_numpy()
-        got = _decode(data, s, tail, np.flatnonzero(hit), two)
+        got = _decode(data, s, tail, np.r_[s[1:], cut], np.flatnonzero(hit), two)
         if got is None:
             return None
         found += got
@@ -157,6 +158,7 @@ def block_select(data: Buffer, header: _Header, options: ReadOptions, cpu_ops: b
         pages.behind(pos)
     pages.restart()
     s, tail = np.concatenate(starts), np.concatenate(tails)
+    nxt = np.r_[s[1:], hi]  # where each block's successor starts (the last chunk's cut is the array's ']')
     hit, two = np.concatenate(hits), np.concatenate(twos)
     linked = _numbers([e.args.correlation for e in found if e.cat in _GPU_CATS and e.args is not None])
     # runtime calls (any event but a hit) whose correlation is on a GPU event. Offered too (a superset is
@@ -165,7 +167,7 @@ def block_select(data: Buffer, header: _Header, options: ReadOptions, cpu_ops: b
     want = np.flatnonzero((_linked(np.concatenate(nums), linked) | np.concatenate(longs) | two) & ~hit)
     more: list[_Event] = []
     for part in np.array_split(want, max(1, (hi - lo) // _CHUNK)):  # in file order, a chunk's span at a time
-        got = _decode(data, s, tail, part, two)
+        got = _decode(data, s, tail, nxt, part, two)
         if got is None:
             return None
         more += got
@@ -213,29 +215,52 @@ def _column(data: Buffer, s: np.ndarray, cut: int) -> pa.Array | None:
         return None
 
 
-def _decode(data: Buffer, s: np.ndarray, tail: np.ndarray, idx: np.ndarray, two: np.ndarray) -> list[_Event] | None:
-    """The events of blocks ``idx`` (indexes into ``s``, ``tail``, ``two``), in that order; None: some block
-    is not exactly one object.
+def _decode(data: Buffer, s: np.ndarray, tail: np.ndarray, nxt: np.ndarray, idx: np.ndarray,
+            two: np.ndarray) -> list[_Event] | None:
+    """The events of blocks ``idx`` (ascending indexes into ``s``, ``tail``, ``nxt``, ``two``), in that order;
+    None: some block is not exactly one object.
 
     Blocks ``two`` marks (their text has '}' ',' '{') are decoded one at a time: a slice that decodes alone
-    is one object. The others in one msgspec call, joined as one array, which must give one object per
-    block: a second object in a block needs the text ``two`` looks for, and a block holding only part of
-    an object leaves fewer objects than blocks (or no valid array).
+    is one object. The others in one msgspec call over their text as the file has it, each block with the
+    separator after it (the last one trimmed), gathered by Arrow (``_gather``), which must give one
+    object per block: a second object in a block needs the text ``two`` looks for, and a block holding
+    only part of an object leaves fewer objects than blocks (or no valid array).
     """
     if idx.size == 0:
         return []
-    view = memoryview(data)
-    texts = [view[a:b] for a, b in zip(s[idx].tolist(), tail[idx].tolist())]
-    alone = two[idx].tolist()
-    batch = [t for t, one in zip(texts, alone) if not one]
+    alone = two[idx]
+    batch = idx[~alone]
+    rest: list[_Event] = []
     try:
-        rest = _CHUNK_EVENTS.decode(b"[" + b",".join(batch) + b"]") if batch else []
-        if len(rest) != len(batch):
-            return None
-        it = iter(rest)
-        return [_EVENT.decode(t) if one else next(it) for t, one in zip(texts, alone)]
+        if batch.size:
+            ends = nxt[batch]
+            ends[-1] = tail[batch[-1]]
+            rest = _CHUNK_EVENTS.decode(b"".join((b"[", _gather(data, s[batch], ends), b"]")))
+            if len(rest) != batch.size:
+                return None
+        if not alone.any():
+            return rest
+        out: list[Any] = [None] * idx.size
+        for i, j in enumerate(np.flatnonzero(~alone).tolist()):
+            out[j] = rest[i]
+        for j in np.flatnonzero(alone).tolist():
+            out[j] = _EVENT.decode(data[int(s[idx[j]]) : int(tail[idx[j]])])
+        return out
     except (msgspec.MsgspecError, UnicodeDecodeError):
         return None
+
+
+def _gather(data: Buffer, a: np.ndarray, b: np.ndarray) -> memoryview:
+    """``data[a_i:b_i]`` for every i, concatenated (ascending, disjoint spans): one Arrow ``take`` over the
+    spans and the gaps between them, instead of a Python slice per block (~0.3 s of a 500 MB rank)."""
+    base = int(a[0])
+    bounds = np.empty(2 * a.size, dtype=np.int64)
+    bounds[0::2], bounds[1::2] = a, b
+    bounds -= base  # the values: span 0, gap 0, span 1, ..., span n-1
+    buf = pa.py_buffer(memoryview(data)[base : int(b[-1])])
+    pieces = pa.Array.from_buffers(pa.large_binary(), 2 * a.size - 1, [None, pa.py_buffer(bounds), buf])
+    got = pieces.take(pa.array(np.arange(0, 2 * a.size - 1, 2)))
+    return memoryview(got.buffers()[2])[: int((b - a).sum())]
 
 
 def _trimmed(data: Buffer, s: np.ndarray, ends: np.ndarray) -> np.ndarray:

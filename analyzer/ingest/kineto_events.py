@@ -24,6 +24,8 @@ from .kineto_tables import (
     _NeedsText,
     _steps,
     _Times,
+    spans,
+    step_events,
 )
 from .options import ReadOptions
 
@@ -130,13 +132,14 @@ class _Selection:
         if len(gpu) + len(cpu) > self.max_events:
             raise TooManyEvents(len(gpu) + len(cpu))
 
-    def tables(self, times: _Times) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, tuple[pl.DataFrame, bool]] | None:
-        rank = 0  # as before: the loader sets the rank column from meta
+    def tables(self, times: _Times, rank: int = 0
+               ) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, tuple[pl.DataFrame, bool]] | None:
+        """The four tables, ``rank`` in their ``rank`` column; None: a timestamp needs the text path."""
+        markers, on_gpu = step_events(self.gpu_steps, self.cpu_steps)
         try:
-            gpu = _gpu_table(self.gpu, rank, times)
-            cpu = launches_of_gpu_work(_cpu_table(self.cpu, rank, times), gpu)
-            comm = _comm_calls(self.comm, rank, times)
-            steps = _steps(self.gpu_steps, self.cpu_steps, rank, times)
+            g, c, m, s = spans(times, self.gpu, self.cpu, self.comm, markers)
         except _NeedsText:
             return None
-        return gpu, cpu, comm, steps
+        gpu = _gpu_table(self.gpu, rank, g)
+        cpu = launches_of_gpu_work(_cpu_table(self.cpu, rank, c), gpu)
+        return gpu, cpu, _comm_calls(self.comm, rank, m), _steps(markers, on_gpu, rank, s)

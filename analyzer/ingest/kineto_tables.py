@@ -104,11 +104,55 @@ def _number_times(ts: list[Any], dur: list[Any], fill_dur: bool = True) -> tuple
     return start, start + (length.fill_null(0) if fill_dur else length)
 
 
-def _gpu_table(sel: list[Any], rank: int, times: _Times) -> pl.DataFrame:
+Span = tuple[pl.Series, pl.Series]  # (start_ns, end_ns) of a table's events; end null where dur is
+
+
+def spans(times: _Times, *sels: list[Any]) -> list[Span]:
+    """Each selection's (start_ns, end_ns), from one conversion over all of them: one Polars query a rank,
+    not one a table (a small rank's fixed cost). End stays null where ``dur`` is not a number; tables that
+    read a missing duration as 0 fill it while conforming (``_FILLED_END``)."""
+    start, end = times([e.ts for sel in sels for e in sel], [e.dur for sel in sels for e in sel], False)
+    out, at = [], 0
+    for sel in sels:
+        out.append((start.slice(at, len(sel)), end.slice(at, len(sel))))
+        at += len(sel)
+    return out
+
+
+_FILLED_END = pl.col("end_ns").fill_null(pl.col("start_ns"))  # a missing duration read as 0: start + 0
+# per table: its schema and the columns computed while conforming (besides ``rank``)
+_TABLES: dict[str, tuple[dict[str, pl.DataType], dict[str, pl.Expr]]] = {
+    "gpu": (GPU_SCHEMA, {"kind": gpu_kind(pl.col("cat"), pl.col("name"))}),
+    "cpu": (CPU_SCHEMA, {"end_ns": _FILLED_END}),
+    "comm": (COMM_CALL_SCHEMA, {"end_ns": _FILLED_END}),
+    "steps": (STEP_SCHEMA, {}),
+}
+_EXPRS: dict[tuple[str, tuple[str, ...]], list[pl.Expr]] = {}
+
+
+def _canonical(df: pl.DataFrame, table: str, rank: int) -> pl.DataFrame:
+    """``model.conform(df.with_columns(rank, computed), schema).sort("start_ns")`` in two queries, not four,
+    with the expressions built once per table: for thousands of small ranks Polars' fixed cost per query
+    and per expression is most of a rank's parse (an eager select beat the same chain as one lazy query,
+    whose planning cost more than it saved: 0.45 against 0.26 ms)."""
+    key = (table, tuple(df.columns))
+    cols = _EXPRS.get(key)
+    if cols is None:
+        schema, computed = _TABLES[table]
+        cols = _EXPRS[key] = [
+            (computed[n] if n in computed else pl.col(n)).cast(t, strict=False).alias(n)
+            if n in computed or n in df.columns else pl.lit(None, dtype=t).alias(n)
+            for n, t in schema.items()
+        ]
+    at = list(_TABLES[table][0]).index("rank")
+    return df.select([*cols[:at], pl.lit(rank, dtype=pl.Int32).alias("rank"), *cols[at + 1 :]]).sort("start_ns")
+
+
+def _gpu_table(sel: list[Any], rank: int, span: Span) -> pl.DataFrame:
     if not sel:
         return conform(pl.DataFrame(), GPU_SCHEMA)
     # no valid ts/dur: null start/end, which the loader drops and counts (one rule for every format)
-    start, end = times([e.ts for e in sel], [e.dur for e in sel], False)
+    start, end = span
     args = [e.args or _NO_ARGS for e in sel]
     df = pl.DataFrame(
         {
@@ -122,17 +166,16 @@ def _gpu_table(sel: list[Any], rank: int, times: _Times) -> pl.DataFrame:
             "correlation": _int_series([a.correlation for a in args]),
         }
     )
-    df = df.with_columns(pl.lit(rank).alias("rank"), gpu_kind(pl.col("cat"), pl.col("name")).alias("kind"))
-    return conform(df, GPU_SCHEMA).sort("start_ns")
+    return _canonical(df, "gpu", rank)
 
 
 _NO_ARGS = _Args()
 
 
-def _cpu_table(sel: list[Any], rank: int, times: _Times) -> pl.DataFrame:
+def _cpu_table(sel: list[Any], rank: int, span: Span) -> pl.DataFrame:
     if not sel:
         return conform(pl.DataFrame(), CPU_SCHEMA)
-    start, end = times([e.ts for e in sel], [e.dur for e in sel])
+    start, end = span  # a missing duration is read as 0 (``_FILLED_END``)
     args = [e.args or _NO_ARGS for e in sel]
     df = pl.DataFrame(
         {
@@ -147,8 +190,9 @@ def _cpu_table(sel: list[Any], rank: int, times: _Times) -> pl.DataFrame:
             ),
         }
     )
-    df = df.filter(pl.col("start_ns").is_not_null()).with_columns(pl.lit(rank).alias("rank"))
-    return conform(df, CPU_SCHEMA).sort("start_ns")
+    if start.null_count():
+        df = df.filter(pl.col("start_ns").is_not_null())
+    return _canonical(df, "cpu", rank)
 
 
 def _ranks_text(value: Any) -> str | None:
@@ -170,6 +214,9 @@ def _numbers_text(value: str) -> str | None:
     return ",".join(nums) if nums else None
 
 
+_op = functools.lru_cache(maxsize=256)(op_from_collective_name)  # a rank repeats a few collective names
+
+
 def _as_int(value: Any) -> int | None:
     try:
         return int(value)
@@ -177,10 +224,10 @@ def _as_int(value: Any) -> int | None:
         return None
 
 
-def _comm_calls(sel: list[Any], rank: int, times: _Times) -> pl.DataFrame:
+def _comm_calls(sel: list[Any], rank: int, span: Span) -> pl.DataFrame:
     if not sel:
         return conform(pl.DataFrame(), COMM_CALL_SCHEMA)
-    start, end = times([e.ts for e in sel], [e.dur for e in sel])
+    start, end = span  # a missing duration is read as 0 (``_FILLED_END``)
     rows: dict[str, list[Any]] = {k: [] for k in ("op", "pg", "pg_desc", "dtype", "in_bytes", "out_bytes",
                                                   "group_size", "group_ranks", "peer", "peer_group_rank",
                                                   "in_splits", "out_splits")}
@@ -188,7 +235,7 @@ def _comm_calls(sel: list[Any], rank: int, times: _Times) -> pl.DataFrame:
         a = e.args
         size = dtype_size(a.dtype)
         n_in, n_out = _as_int(a.in_nelems), _as_int(a.out_nelems)
-        rows["op"].append(op_from_collective_name(str(a.collective)) if a.collective else None)
+        rows["op"].append(_op(str(a.collective)) if a.collective else None)
         rows["pg"].append(str(a.pg_name) if a.pg_name is not None else None)
         rows["pg_desc"].append(str(a.pg_desc) if a.pg_desc is not None else None)
         rows["dtype"].append(str(a.dtype) if a.dtype is not None else None)
@@ -201,30 +248,32 @@ def _comm_calls(sel: list[Any], rank: int, times: _Times) -> pl.DataFrame:
         rows["peer_group_rank"].append(_as_int(a.rank_arg) if p2p else None)
         rows["in_splits"].append(_ranks_text(a.in_split))
         rows["out_splits"].append(_ranks_text(a.out_split))
+    # each column built at its type (the others are text or null): a frame built with overrides and
+    # strict=False took Polars' slow fallback path, ~1/4 of a small rank's parse under the profiler
+    cols = {k: pl.Series(k, v, dtype=_COMM_INTS.get(k, pl.Utf8), strict=False) for k, v in rows.items()}
+    df = pl.DataFrame({"tid": _int_series([e.tid for e in sel]), "start_ns": start, "end_ns": end, **cols})
+    return _canonical(df, "comm", rank)
+
+
+_COMM_INTS = {"in_bytes": pl.Int64, "out_bytes": pl.Int64, "group_size": pl.Int32, "peer": pl.Int32,
+              "peer_group_rank": pl.Int32}
+
+
+def step_events(gpu_sel: list[Any], cpu_sel: list[Any]) -> tuple[list[Any], bool]:
+    """The step markers a table reads: GPU-side annotations (gpu_user_annotation) when present."""
+    return (gpu_sel, True) if gpu_sel else (cpu_sel, False)
+
+
+def _steps(sel: list[Any], on_gpu: bool, rank: int, span: Span) -> tuple[pl.DataFrame, bool]:
+    """Step windows from ``step_events``' markers."""
+    if not sel:
+        return conform(pl.DataFrame(), STEP_SCHEMA), False
+    start, end = span
     df = pl.DataFrame(
-        {"tid": _int_series([e.tid for e in sel]), "start_ns": start, "end_ns": end, **rows},
-        schema_overrides={"in_bytes": pl.Int64, "out_bytes": pl.Int64, "group_size": pl.Int32, "peer": pl.Int32,
-                          "peer_group_rank": pl.Int32},
-        strict=False,
-    ).with_columns(pl.lit(rank).alias("rank"))
-    return conform(df, COMM_CALL_SCHEMA).sort("start_ns")
-
-
-def _steps(gpu_sel: list[Any], cpu_sel: list[Any], rank: int, times: _Times) -> tuple[pl.DataFrame, bool]:
-    """Step windows; GPU-side annotations (gpu_user_annotation) are preferred when present."""
-    for sel, on_gpu in ((gpu_sel, True), (cpu_sel, False)):
-        if sel:
-            start, end = times([e.ts for e in sel], [e.dur for e in sel])
-            df = pl.DataFrame(
-                {"step": [_step_number(str(e.name), i) for i, e in enumerate(sel)], "start_ns": start, "end_ns": end}
-            )
-            df = (
-                df.group_by("step")
-                .agg(pl.col("start_ns").min(), pl.col("end_ns").max())
-                .with_columns(pl.lit(rank).alias("rank"))
-            )
-            return conform(df, STEP_SCHEMA).sort("start_ns"), on_gpu
-    return conform(pl.DataFrame(), STEP_SCHEMA), False
+        {"step": [_step_number(str(e.name), i) for i, e in enumerate(sel)], "start_ns": start, "end_ns": end}
+    )
+    windows = df.group_by("step").agg(pl.col("start_ns").min(), _FILLED_END.max())
+    return _canonical(windows, "steps", rank), on_gpu
 
 
 def _step_number(name: str, ordinal: int) -> int:

@@ -8,9 +8,12 @@ becomes one call spanning ``ncclGroupStart`` .. ``ncclGroupEnd`` (the launch is 
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import sqlite3
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 import polars as pl
@@ -141,20 +144,34 @@ def _domain_ids(conn: sqlite3.Connection, schema: Schema, name: str) -> list[int
 # ----------------------------------------------------------------------------- NCCL calls
 
 
+@functools.lru_cache(maxsize=1024)
 def _api_op(name: str) -> str | None:
-    """``ncclAllReduce`` -> all_reduce; None for non-communication APIs (ncclCommCount ...)."""
+    """``ncclAllReduce`` -> all_reduce; None for non-communication APIs (ncclCommCount ...). Remembered: a
+    report repeats a few API names (66 k calls of ~10 names in the replicated benchmark export)."""
     op = op_from_collective_name(name.replace("Bcast", "Broadcast"))
     return op if op in _COMM_OPS else None
 
 
-def _payload(text: str | None) -> dict[str, Any]:
-    """Fields of an NCCL NVTX payload exported as JSON (``--include-json``); {} when absent.
+_NO_FIELDS: Mapping[str, Any] = MappingProxyType({})
+
+
+def _payload(text: str | None) -> Mapping[str, Any]:
+    """Fields of an NCCL NVTX payload exported as JSON (``--include-json``); empty when absent.
 
     NCCL labels its payload entries "NCCL communicator ID", "Message size [bytes]", "No. of ranks",
-    "Peer rank", "Root", "Reduction operation"; match them loosely, at any nesting depth.
+    "Peer rank", "Root", "Reduction operation"; match them loosely, at any nesting depth. A run repeats
+    a few payloads (one communicator, a few message sizes), so each text is parsed once and its fields
+    shared, read-only.
     """
-    if not text:
-        return {}
+    return _payload_fields(text) if text else _NO_FIELDS
+
+
+@functools.lru_cache(maxsize=4096)
+def _payload_fields(text: str) -> Mapping[str, Any]:
+    return MappingProxyType(_parse_payload(text))
+
+
+def _parse_payload(text: str) -> dict[str, Any]:
     try:
         data = json.loads(text)
     except (ValueError, RecursionError):
@@ -214,7 +231,7 @@ def _sizes(op: str, nbytes: int | None, nranks: int | None) -> tuple[int | None,
     return nbytes, nbytes
 
 
-def _call(pid: int, tid: int, start: int, end: int, members: list[tuple[str, dict[str, Any]]],
+def _call(pid: int, tid: int, start: int, end: int, members: list[tuple[str, Mapping[str, Any]]],
           nranks_of: dict[str, int], pids_of: dict[str, dict[int, int]] | None = None) -> dict[str, Any]:
     ops = {op for op, _ in members}
     op = ops.pop() if len(ops) == 1 else ("send_recv" if ops == set(DIRECTED_P2P_OPS) else "coalesced")
