@@ -121,6 +121,13 @@ def from_description(desc: str | None) -> str | None:
     return None
 
 
+def family(name: pl.Expr) -> pl.Expr:
+    """A communicator name's family: 'tp_3' -> 'tp', 'default_pg' -> 'world' (digits and separators dropped).
+    NCCL Inspector logs name communicators, not process groups; this is their dimension."""
+    base = name.fill_null("unknown").str.to_lowercase().str.replace(r"[_\-\s]*\d+([_\-\s]+\d+)*$", "")
+    return pl.when(base.is_in(["default_pg", "world", "global", "0", ""])).then(pl.lit("world")).otherwise(base)
+
+
 # what a group carried: only send/recv ("p2p"), only all-to-all ("a2a"), else null
 _TRAFFIC = (
     pl.when(pl.col("op").is_in(P2P_OPS).all()).then(pl.lit("p2p"))
@@ -319,13 +326,13 @@ def row_dimensions(rows: pl.DataFrame, grp: pl.DataFrame, layout: Layout | None)
     key = pl.when(pl.col("pg").is_not_null()).then(pl.format("{}|{}", "pg", pl.col("group_ranks").fill_null("")))
     gk = grp.with_columns(pl.format("{}|{}", "pg", pl.col("ranks").cast(pl.List(pl.Utf8)).list.join(",")).alias("_gk"))
     # rows without group ranks match their group by name alone
-    by_name = gk.group_by("pg").agg(pl.col("dimension").first().alias("_dn"),
+    by_name = gk.group_by(pl.col("pg").alias("_pgn")).agg(pl.col("dimension").first().alias("_dn"),
                                     pl.col("dimension_source").first().alias("_sn"),
                                     pl.col("intra_node").first().alias("_in"), pl.len().alias("_n"))
     # row order kept: the graph numbers its comm kernels (``k``) in this order
     out = rows.with_columns(key.alias("_gk")).join(
         gk.select("_gk", "dimension", "dimension_source", "intra_node"), on="_gk", how="left", maintain_order="left"
-    ).join(by_name.filter(pl.col("_n") == 1).drop("_n"), left_on=pl.coalesce("pg", "comm"), right_on="pg", how="left",
+    ).join(by_name.filter(pl.col("_n") == 1).drop("_n"), left_on=pl.coalesce("pg", "comm"), right_on="_pgn", how="left",
            maintain_order="left")
     out = out.with_columns(
         pl.coalesce("dimension", "_dn").alias("dimension"), pl.coalesce("dimension_source", "_sn").alias("_src"),
