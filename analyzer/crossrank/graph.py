@@ -32,7 +32,7 @@ import polars as pl
 
 from .align import ClockFit
 from .collectives import assign_steps
-from .groups import Layout, pg_dimensions, row_dimensions
+from .groups import DIMENSIONS, Layout, pg_dimensions, row_dimensions
 from .members import Members, members
 
 NODE_KINDS = ("compute", "comm", "memcpy", "memset", "other")
@@ -263,7 +263,8 @@ def _comm_rows(rows: pl.DataFrame) -> pl.DataFrame:
     schema = {"rank": pl.Int32, "stream": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64, "name": pl.Utf8,
               "instance": pl.Utf8, "wait_ns": pl.Int64, "transfer_ns": pl.Int64, "op": pl.Utf8, "pg": pl.Utf8,
               "bytes": pl.Int64, "group_n": pl.Int64, "last_rank": pl.Int32, "inst_last": pl.Int32, "k": pl.UInt32,
-              "dimension": pl.Utf8, "intra_node": pl.Boolean}
+              # a small code per node, not text: a million operations' text views would hold 16 MB, mostly null
+              "dimension": pl.Enum(DIMENSIONS), "intra_node": pl.Boolean}
     if rows.height == 0:
         return pl.DataFrame(schema=schema)
     n = pl.coalesce(pl.col("group_size").cast(pl.Int64), pl.col("n_ranks").cast(pl.Int64)) if "n_ranks" in rows.columns \
