@@ -9,6 +9,7 @@ from functools import partial
 import polars as pl
 
 from .crossrank import align, graph, match, step_sync
+from .crossrank import groups as pgroups
 from .crossrank.collectives import bus_factor_expr
 from .metrics import blame, critical_path, dimensions, experts, inspector_folded, overlap, pipeline, stragglers, waits
 from .metrics import inspector as inspector_metrics
@@ -48,7 +49,7 @@ class Analysis:
     rank_meta: tuple[RankMeta, ...] = ()  # per rank: source file, host, devices, process groups (presenters' names)
 
 
-def analyze(ts: TraceSet, dims: dimensions.Options | None = None, busbw: dict[str, float] | None = None
+def analyze(ts: TraceSet, dims: pgroups.Options | None = None, busbw: dict[str, float] | None = None
             ) -> Analysis:
     """``dims``: how to name parallelism dimensions (--layout, --gpus-per-host); ``busbw``: what-if bus-bandwidth
     targets {op: GB/s}."""
@@ -64,7 +65,13 @@ def analyze(ts: TraceSet, dims: dimensions.Options | None = None, busbw: dict[st
     # and every comm kernel or instance below is the graph's (Graph.kernels, Graph.instances, Graph.members)
     clock = graph.Clock.of(fit)
     aligned = clock.to_reference(inst.select("rank", "start_ns", "end_ns"))
-    dep = graph.build(ts.gpu, waits.per_row(inst, aligned["start_ns"], aligned["end_ns"]), ts.steps, clock, ts.cpu)
+    # each process group's dimension is named from metadata before the graph, which puts it on its kernels
+    dims = dims or pgroups.Options()
+    warnings.extend(pgroups.layout_warnings(dims.layout, ts.world_size or len(ranks)))
+    named = pgroups.groups(pgroups.meta_groups(ts.ranks), inst, ts.world_size or len(ranks), pgroups.hosts(ts.ranks),
+                           dims)
+    dep = graph.build(ts.gpu, waits.per_row(inst, aligned["start_ns"], aligned["end_ns"]), ts.steps, clock, ts.cpu,
+                      named, dims.layout)
     linked = inst.filter(pl.col("instance").is_not_null())["rank"].unique().to_list()
     # reported steps: one interval per step on every rank (step_sync); the graph, replay and pipeline keep each
     # rank's own windows, which place its operations in steps by launch
@@ -97,16 +104,11 @@ def analyze(ts: TraceSet, dims: dimensions.Options | None = None, busbw: dict[st
     roots_of = blame.root_cause(dep.members, ranks)
     order = stragglers.ranking(rtable, expected, roots_of)
     comm_ns = {r: float(c) for r, c in totals.select("rank", "comm_ns").iter_rows()}
-    dims = dims or dimensions.Options()
-    warnings.extend(dimensions.layout_warnings(dims.layout, ts.world_size or len(ranks)))
-    groups = dimensions.groups(dimensions.meta_groups(ts.ranks), dep.kernels, ts.world_size or len(ranks),
-                               dimensions.hosts(ts.ranks), dims)
-    replicas = dimensions.replicas(groups, ts.world_size or len(ranks))
+    groups = dep.groups
+    replicas = pgroups.replicas(groups, ts.world_size or len(ranks))
     cause_of = partial(waits.lateness_cause, matched, covs)
-    drows = dimensions.row_dimensions(dep.kernels, groups, dims.layout)
+    drows = dep.kernels  # every comm kernel with its dimension and intra_node (the graph's)
     dim_df = dimensions.per_rank(drows, ts.gpu, ranks, roots_of.flows)
-    itable = itable.join(drows.group_by("instance").agg(pl.col("dimension").first(), pl.col("intra_node").first()),
-                         on="instance", how="left")
 
     step_windows = own_windows
     if step_windows.height == 0:  # no step markers: the whole window is one step
@@ -121,10 +123,10 @@ def analyze(ts: TraceSet, dims: dimensions.Options | None = None, busbw: dict[st
     prepared = whatif.prepare(dep, ts.steps)
     stage_of = pipe["rank_steps"].select("rank", "stage").unique() if pipe is not None else None
     cfx = counterfactual.analyze(dep, ts.steps, counterfactual.roles(groups, ranks, stage_of),
-                                 dimensions.pg_dimensions(groups), prepared) if prepared is not None else None
+                                 dep.pg_dimensions, prepared) if prepared is not None else None
     if cfx is not None and ts.format == "optable":  # the published study's model too, to compare with its numbers
         cfx = dataclasses.replace(cfx, study=counterfactual.analyze(
-            dep, ts.steps, counterfactual.roles(groups, ranks, stage_of), dimensions.pg_dimensions(groups), prepared,
+            dep, ts.steps, counterfactual.roles(groups, ranks, stage_of), dep.pg_dimensions, prepared,
             study=True))
     if cfx is not None:
         decide = counterfactual.deciding(cfx)
@@ -138,7 +140,7 @@ def analyze(ts: TraceSet, dims: dimensions.Options | None = None, busbw: dict[st
         found = stragglers.roots(order, roots_of, comm_ns, cause_of, replicas)
     del covs, cause_of  # not read below
     root = (found[0].rank, found[0].kind) if found else None
-    replayed = whatif.analyze(dep, ts.steps, root, busbw, dimensions.pg_dimensions(groups),
+    replayed = whatif.analyze(dep, ts.steps, root, busbw, dep.pg_dimensions,
                               peers=replicas.get(root[0]) if root else None, experts=experts.balance(drows),
                               ideal=cfx.ideal_changes if cfx is not None else None, prepared=prepared)
     warnings.extend(whatif.warnings(replayed))
@@ -245,7 +247,7 @@ def _instance_frame(g: graph.Graph) -> pl.DataFrame:
         "instance", "pg", "seq", pl.col("collective_op").alias("op"), pl.col("collective_step").alias("step"), "bytes",
         "group_size", "ranks", "transfer_ns", "max_wait_ns", "total_wait_ns", "last_rank", "arrival_skew_ns",
         "end_skew_ns", "first_start_ns", "has_meta",
-        *[c for c in ("match_rule", "partial") if c in g.instances.columns])
+        *[c for c in ("match_rule", "partial", "dimension", "intra_node") if c in g.instances.columns])
 
 
 def _collective_frame(itable: pl.DataFrame) -> pl.DataFrame:

@@ -102,7 +102,7 @@ def dimension_options(f: Callable) -> Callable:
 
 
 def dim_options(layout: str | None, layout_order: str | None, gpus_per_host: int):
-    from .metrics.dimensions import Options, parse_layout
+    from .crossrank.groups import Options, parse_layout
 
     return Options(layout=parse_layout(layout, layout_order), gpus_per_host=gpus_per_host)
 

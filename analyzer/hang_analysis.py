@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from .crossrank import groups as pgroups
 from .ingest.flight_recorder import FlightRecords
-from .metrics import dimensions
 from .metrics import hang as hang_metric
 
 
@@ -26,12 +26,12 @@ class HangAnalysis:
         return self.result.hang
 
 
-def analyze_dumps(recs: FlightRecords, dims: dimensions.Options | None = None) -> HangAnalysis:
+def analyze_dumps(recs: FlightRecords, dims: pgroups.Options | None = None) -> HangAnalysis:
     ranks = [d.rank for d in recs.dumps]
     result = hang_metric.analyze(recs.entries, ranks, {d.rank: d.groups for d in recs.dumps}, dims)
     warnings = list(recs.warnings)
-    dims = dims or dimensions.Options()
-    warnings.extend(dimensions.layout_warnings(dims.layout, result.world_size))
+    dims = dims or pgroups.Options()
+    warnings.extend(pgroups.layout_warnings(dims.layout, result.world_size))
     if recs.entries.height == 0:
         warnings.append("the dumps hold no entries: was TORCH_FR_BUFFER_SIZE (or TORCH_NCCL_TRACE_BUFFER_SIZE) set "
                         "before the process groups were created?")
@@ -57,7 +57,7 @@ def analyze_dumps(recs: FlightRecords, dims: dimensions.Options | None = None) -
 
 
 def triage(paths: list[Path], rank_map: dict[str, int] | None = None,
-           dims: dimensions.Options | None = None) -> HangAnalysis | None:
+           dims: pgroups.Options | None = None) -> HangAnalysis | None:
     """The hang analysis when the paths hold Flight Recorder dumps (told by content), else None (traces)."""
     from .ingest import flight_recorder
     from .ingest.discover import flight_recorder_files

@@ -8,8 +8,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from analyzer.crossrank import groups as dm
 from analyzer.errors import UsageError
-from analyzer.metrics import dimensions as dm
 from sample_traces.generate import Scenario, build, default_groups, write_kineto
 from tests.helpers import cli, report, run
 

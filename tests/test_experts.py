@@ -58,8 +58,8 @@ def test_groups_carrying_only_all_to_all_are_guessed_expert_parallel(tmp_path: P
 def test_layout_that_does_not_fit_the_job_is_warned(tmp_path: Path) -> None:
     write_kineto(build(Scenario(ranks=4, steps=1)), tmp_path)
     from analyzer.analysis import analyze
+    from analyzer.crossrank import groups as dm
     from analyzer.ingest.loader import LoadOptions, load
-    from analyzer.metrics import dimensions as dm
 
     a = analyze(load([tmp_path], LoadOptions(jobs=1, cache=False)), dm.Options(layout=dm.parse_layout("tp=8")))
     assert any("describes 8 ranks but the job has 4" in w for w in a.warnings)

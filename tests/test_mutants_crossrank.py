@@ -147,7 +147,7 @@ def test_layout_dimension_of_every_subset_of_axes() -> None:
     together are data parallel, all three are the world, any other pair is unknown."""
     from itertools import combinations
 
-    from analyzer.metrics import dimensions as dm
+    from analyzer.crossrank import groups as dm
 
     coord = {r: (r % 2, (r // 2) % 2, r // 4) for r in range(8)}  # (tp, cp, dp)
     names = ("tp", "cp", "dp")
@@ -171,7 +171,7 @@ def test_layout_dimension_of_every_subset_of_axes() -> None:
 def test_with_only_cp_and_dp_above_one_the_group_of_all_ranks_is_data_parallel() -> None:
     """cp=2, dp=2 (cp fastest): the all-ranks group is the cp x dp group that reduces gradients: dp, not world
     (the rule "cp and dp together are data parallel" is the more specific one); cp and dp groups alone as usual."""
-    from analyzer.metrics import dimensions as dm
+    from analyzer.crossrank import groups as dm
 
     groups = [("all", None, [0, 1, 2, 3]), ("cp0", None, [0, 1]), ("dp0", None, [0, 2])]
     g = dm.groups(_meta(groups), _no_rows(), 4, None, dm.Options(layout=dm.parse_layout("cp=2,dp=2")))
@@ -180,7 +180,7 @@ def test_with_only_cp_and_dp_above_one_the_group_of_all_ranks_is_data_parallel()
 
 
 def test_a_layout_without_any_axis_above_one_calls_every_group_the_world() -> None:
-    from analyzer.metrics import dimensions as dm
+    from analyzer.crossrank import groups as dm
 
     g = dm.groups(_meta([("0", "mesh_tp", [0])]), _no_rows(), 1, None, dm.Options(layout=dm.parse_layout("tp=1")))
     assert g.select("dimension", "dimension_source", "guess").rows() == [("world", "layout", False)]
@@ -189,7 +189,7 @@ def test_a_layout_without_any_axis_above_one_calls_every_group_the_world() -> No
 def test_hosts_named_by_every_trace_place_ranks_on_nodes() -> None:
     """Host names from the traces (not rank // gpus_per_host): ranks 0 and 3 share a host, 1 and 2 another;
     a group is intra-node exactly when its members share one."""
-    from analyzer.metrics import dimensions as dm
+    from analyzer.crossrank import groups as dm
     from analyzer.model import RankMeta
 
     named = tuple(RankMeta(rank=r, source="", format="kineto", host=h) for r, h in enumerate(["a", "b", "b", "a"]))
@@ -207,7 +207,7 @@ def test_hosts_named_by_every_trace_place_ranks_on_nodes() -> None:
 
 
 def test_layout_warning_names_the_axes_above_one() -> None:
-    from analyzer.metrics import dimensions as dm
+    from analyzer.crossrank import groups as dm
 
     lay = dm.parse_layout("tp=2,dp=4")
     assert dm.layout_warnings(lay, 8) == [] and dm.layout_warnings(None, 4) == [] and dm.layout_warnings(lay, None) == []
@@ -217,7 +217,7 @@ def test_layout_warning_names_the_axes_above_one() -> None:
 
 def test_a_send_recv_pair_takes_the_one_layout_axis_its_ranks_differ_along() -> None:
     """tp=2, dp=2, pp=2 (tp fastest): rank r has tp r % 2, dp (r // 2) % 2, pp r // 4."""
-    from analyzer.metrics import dimensions as dm
+    from analyzer.crossrank import groups as dm
 
     pairs = pl.DataFrame({"rank": [0, 0, 0, 0, 3, 6, 2], "_peer_rank": [1, 2, 4, 3, 7, 4, 6]})
     want = ["tp", "dp", "pp", "unknown", "pp", "dp", "pp"]
@@ -229,7 +229,7 @@ def test_a_send_recv_pair_takes_the_one_layout_axis_its_ranks_differ_along() -> 
 
 
 def test_stage_is_the_pp_coordinate() -> None:
-    from analyzer.metrics import dimensions as dm
+    from analyzer.crossrank import groups as dm
 
     ranks = pl.DataFrame({"rank": list(range(8))})
     lay = dm.parse_layout("tp=2,dp=2,pp=2")  # pp slowest: stage = r // 4
@@ -241,8 +241,8 @@ def test_stage_is_the_pp_coordinate() -> None:
 
 
 def test_layout_parsing_edges_and_messages() -> None:
+    from analyzer.crossrank import groups as dm
     from analyzer.errors import UsageError
-    from analyzer.metrics import dimensions as dm
 
     axes = "cp, dp, ep, fsdp, pp, tp"
     assert dm.parse_layout("tp=1,dp=2").axes == (("tp", 1), ("cp", 1), ("ep", 1), ("dp", 2), ("pp", 1))
@@ -263,7 +263,7 @@ def test_layout_parsing_edges_and_messages() -> None:
 
 
 def test_replicas_are_the_other_members_of_data_parallel_groups_smaller_than_the_job() -> None:
-    from analyzer.metrics import dimensions as dm
+    from analyzer.crossrank import groups as dm
 
     g = pl.DataFrame(
         [("dp", 2, [0, 2]), ("dp", 2, [1, 3]), ("fsdp", 3, [4, 5, 6]), ("tp", 2, [0, 1]), ("pp", 2, [2, 6]),
@@ -282,7 +282,7 @@ def test_each_kernel_takes_its_groups_dimension_by_name_and_members() -> None:
     """Groups (pg, description, members) built by hand; each kernel's expected dimension follows the module doc:
     its group's (found by name and members, or by name alone where the name denotes one group), a
     send/recv pair's own axis (pp without a layout) unless its group's layout or description names one."""
-    from analyzer.metrics import dimensions as dm
+    from analyzer.crossrank import groups as dm
 
     grp = dm.groups(_meta([
         ("5", "mesh_tp", [0, 1]), ("5", "mesh_dp_replicate", [0, 2]),  # one name, two groups (two dimensions)
@@ -313,7 +313,7 @@ def test_each_kernel_takes_its_groups_dimension_by_name_and_members() -> None:
 def test_a_pair_inside_a_layout_group_of_two_axes_keeps_the_groups_dimension() -> None:
     """tp=2, cp=2, dp=2 (tp fastest): ranks 0 and 2 differ in cp only, 0 and 1 in tp only. In the dp+cp group
     {0,2,4,6} the layout says dp; a pair in a group named nowhere takes the axis its ranks differ along."""
-    from analyzer.metrics import dimensions as dm
+    from analyzer.crossrank import groups as dm
 
     lay = dm.parse_layout("tp=2,cp=2,dp=2")
     grp = dm.groups(_meta([("dc", None, [0, 2, 4, 6]), ("z", None, [0, 1, 2, 6])]), _no_rows(), 8, None,
@@ -329,7 +329,7 @@ def test_a_pair_inside_a_layout_group_of_two_axes_keeps_the_groups_dimension() -
 def test_a_pair_whose_group_is_unknown_takes_its_own_axis() -> None:
     """tp=4, pp=2 (tp fastest): ranks 0 and 4 differ in pp only. A matched send/recv pair with no group name
     and no communicator (no row of the group table) is still a pp transfer, by its ranks."""
-    from analyzer.metrics import dimensions as dm
+    from analyzer.crossrank import groups as dm
 
     lay = dm.parse_layout("tp=4,pp=2")
     grp = dm.groups(_meta([("t0", None, [0, 1, 2, 3])]), _no_rows(), 8, None, dm.Options(layout=lay))
@@ -339,7 +339,7 @@ def test_a_pair_whose_group_is_unknown_takes_its_own_axis() -> None:
 
 
 def test_per_dimension_scenarios_need_a_name_of_one_group_and_two_dimensions() -> None:
-    from analyzer.metrics import dimensions as dm
+    from analyzer.crossrank import groups as dm
 
     grp = pl.DataFrame({"pg": ["0", "1", "2", "3", "3", "4"], "dimension": ["world", "tp", "dp", "tp", "dp", "unknown"]})
     assert dm.pg_dimensions(grp) == {"1": "tp", "2": "dp"}
@@ -424,7 +424,7 @@ def test_groups_from_kernels_and_tables_by_geometry_in_order() -> None:
     module doc's geometry rules (the whole world; only send/recv: pp; only all-to-all: ep; stride 1 inside
     one host: tp; another constant stride: dp; else unknown), a description before geometry; rows come
     out largest first, then by name, then by members."""
-    from analyzer.metrics import dimensions as dm
+    from analyzer.crossrank import groups as dm
 
     def kern(pg, ranks, members, op, comm=None):
         return [(pg, members, None, r, op, f"{pg}{op}", comm) for r in ranks]
@@ -454,7 +454,7 @@ def test_groups_from_kernels_and_tables_by_geometry_in_order() -> None:
 
 
 def test_a_device_mesh_name_is_read_without_its_mesh_prefix() -> None:
-    from analyzer.metrics import dimensions as dm
+    from analyzer.crossrank import groups as dm
 
     assert [dm.from_description(d) for d in ("mesh_world", "mesh_global", "mesh_model_parallel_group")] == [
         "world", "world", "unknown"]

@@ -5,6 +5,9 @@
    one's own). Showing an offset to a person (in us) is not applying it.
 2. On a real multi-rank capture whose ranks' clocks are moved by known amounts, every aligned time that the
    graph and its consumers hold is the raw time minus round(offset), checked row by row in plain Python.
+3. Each process group's dimension is named in the cross-rank stage only (a grep), before the graph, and every
+   matched comm node carries its group's dimension as worked out in plain Python from the group's description
+   and membership.
 """
 
 from __future__ import annotations
@@ -324,3 +327,100 @@ def test_export_flows_are_the_graphs_instances(skewed) -> None:
     assert (per["n"] == 1).all() and per["inst"].n_unique() == per.height == a.graph.instances.height
     n = dict(a.graph.instances.select("inst", "n").iter_rows())
     assert all(n[i] == c for i, c in per.select("inst", "len").iter_rows())
+
+
+# --- the graph carries each comm kernel's parallelism dimension, named in the cross-rank stage only ---
+
+# ways of deciding a group's dimension (a naming function, a call that names per kernel, a dimension written as a
+# literal, a rule on group names); crossrank/ is where they live
+DECIDE = [
+    (re.compile(r"^\s*def (groups|meta_groups|hosts|row_dimensions|pair_dimension|pg_dimensions|from_description|"
+                r"family|_classify|_by_layout)\("), "a naming function"),
+    (re.compile(r"\b(row_dimensions|pair_dimension|pg_dimensions|from_description|_classify|_by_layout)\("),
+     "a naming call"),
+    (re.compile(r"""lit\(["'](tp|cp|ep|dp|fsdp|pp|world)["']\)"""), "a dimension literal"),
+    (re.compile(r"""["'](default_pg|mesh_\w+|_?DATA_PARALLEL_GROUP|TENSOR_MODEL_PARALLEL_GROUP)["']|\^\(default_pg"""),
+     "a group-name rule"),
+]
+# the world group's name read to find the job's world (Flight Recorder checks and hang votes), not to name a dimension
+WORLD_BY_NAME = {
+    ("analyzer/ingest/flight_recorder.py", 'if desc != "default_pg":'),
+    ("analyzer/metrics/hang.py", 'world = groups.filter(pl.col("desc") == "default_pg")["size"]'),
+    ("analyzer/metrics/hang.py", 'if key[0] and key[0] not in ("undefined", "default_pg"):'),
+}
+
+
+def deciders(text: str, path: str) -> list[str]:
+    out = []
+    for no, line in enumerate(text.splitlines(), 1):
+        code = line.split("#")[0]
+        if (path, line.strip()) in WORLD_BY_NAME:
+            continue
+        out += [f"{path}:{no}: {what}: {line.strip()}" for pat, what in DECIDE if pat.search(code)]
+    return out
+
+
+def test_the_naming_grep_finds_what_the_code_did_before() -> None:
+    # one line of each, as analysis and metrics/dimensions.py read before the graph carried the dimension
+    for line in ("    drows = dimensions.row_dimensions(dep.kernels, groups, dims.layout)",
+                 "                                 dimensions.pg_dimensions(groups), prepared)",
+                 '    (r"^(default_pg|world|_?world_group|global)$", "world"),',
+                 '        pl.when(pl.col("size") >= world).then(pl.lit("world"))',
+                 "def groups(meta_groups: pl.DataFrame, rows: pl.DataFrame, world: int, hosts: pl.DataFrame | None,"):
+        assert deciders(line, "analyzer/metrics/dimensions.py"), line
+    assert not deciders('    per = kern.group_by("rank", "dimension").agg(', "analyzer/metrics/dimensions.py")
+
+
+def test_only_the_crossrank_stage_names_a_groups_dimension() -> None:
+    files = sorted(p for d in ("analyzer", "dashboards") for p in (ROOT / d).rglob("*.py")
+                   if p.relative_to(ROOT).parts[:2] != ("analyzer", "crossrank"))
+    assert len(files) > 50
+    found = [hit for f in files for hit in deciders(f.read_text(), f.relative_to(ROOT).as_posix())]
+    assert not found, "\n".join(found)
+    assert deciders((ROOT / "analyzer" / "crossrank" / "groups.py").read_text(), "analyzer/crossrank/groups.py")
+    # and the analysis reads the graph's: per-kernel dimensions, the groups and the pg -> dimension map
+    text = (ROOT / MAKER).read_text()
+    assert "groups = dep.groups" in text and "drows = dep.kernels" in text and "dep.pg_dimensions" in text
+
+
+def _brute_dimensions(ts: TraceSet) -> dict[tuple[str, tuple[int, ...]], tuple[str, bool]]:
+    """(pg, members) -> (dimension, intra_node) in plain Python, from each group's description and, independently,
+    its membership: this capture's DeviceMesh is (dp, pp, tp) = (2, 2, 2), slowest first, so rank = 4 dp + 2 pp + tp;
+    the axis its members differ along is its dimension (all three: the world). One host of 8 GPUs (the traces name
+    none; 8 per host is the default)."""
+    by_desc = {"default_pg": "world", "mesh_dp": "dp", "mesh_pp": "pp", "mesh_tp": "tp"}
+    out = {}
+    for m in ts.ranks:
+        for g in m.process_groups:
+            coords = [{"dp": r // 4, "pp": r // 2 % 2, "tp": r % 2} for r in g.ranks]
+            varying = {axis for axis in ("dp", "pp", "tp") if len({c[axis] for c in coords}) > 1}
+            by_members = "world" if len(varying) == 3 else varying.pop()
+            assert by_desc[g.desc] == by_members, (g.name, g.desc, g.ranks)
+            out[(g.name, tuple(sorted(g.ranks)))] = (by_members, len({r // 8 for r in g.ranks}) == 1)
+    return out
+
+
+def test_every_matched_comm_node_carries_its_process_groups_dimension(skewed) -> None:
+    ts, a, _ = skewed
+    g = a.graph
+    want = _brute_dimensions(ts)
+    assert {d for d, _ in want.values()} == {"world", "dp", "pp", "tp"}
+    kern = g.kernels.filter(pl.col("inst").is_not_null()).select("k", "node", "inst", "pg", "group_ranks")
+    node = {row[0]: row[1:] for row in g.nodes.select("node", "k", "kind", "dimension", "intra_node").iter_rows()}
+    per_inst: dict[int, set] = {}
+    for k, n, inst, pg, members in kern.iter_rows():
+        expect = want[(pg, tuple(sorted(int(r) for r in members.split(","))))]
+        assert node[n] == (k, "comm", *expect), (pg, members)
+        per_inst.setdefault(inst, set()).add(expect)
+    assert kern.height == ts.collectives.height > 600 and len(per_inst) == g.instances.height
+    # the instance table and the collectives report carry the same, one dimension per instance
+    assert all(len(v) == 1 for v in per_inst.values())
+    got = {i: (d, x) for i, d, x in g.instances.select("inst", "dimension", "intra_node").iter_rows()}
+    assert got == {i: next(iter(v)) for i, v in per_inst.items()}
+    assert a.collectives["dimension"].to_list() == g.instances.sort("inst")["dimension"].to_list()
+    # every other node carries none
+    assert g.nodes.filter(pl.col("k").is_null())["dimension"].null_count() == g.nodes.filter(pl.col("k").is_null()).height
+    # the per-rank dimension metrics split the same kernels: each rank's dimensions are those of its groups
+    mine = {(r, d) for key, (d, _) in want.items() for r in key[1]}
+    seen = {(r, d) for r, d in a.dimensions.select("rank", "dimension").iter_rows()}
+    assert seen <= mine and {d for _, d in seen} == {"world", "dp", "pp", "tp"}

@@ -24,6 +24,7 @@ subtracting offsets itself.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,6 +32,7 @@ import polars as pl
 
 from .align import ClockFit
 from .collectives import assign_steps
+from .groups import DIMENSIONS, Layout, pg_dimensions, row_dimensions
 from .members import Members, members
 
 NODE_KINDS = ("compute", "comm", "memcpy", "memset", "other")
@@ -87,14 +89,16 @@ class Graph:
       predecessor's end, >= 0), bind_pred, gap_ns (start − binding predecessor's end; first op: see module
       doc), inst (matched instance id or null), gate_node (the kernel it waited for: its instance's last
       arriver's, itself when unmatched), wait_ns, transfer_ns, op, pg, bytes, group_n, k (its row in ``kernels``;
-      null for a kernel that is no communication).
+      null for a kernel that is no communication), dimension and intra_node (its process group's, named by
+      ``groups.row_dimensions`` before the graph; null for no communication or a graph built without groups).
     ``instances``: inst, instance (the match key), n (participants), last_node, last_rank, transfer_ns,
       op, pg, bytes, group_n, ranks (its participants, ascending); from its kernels' rows, what the collectives
       report says of it: seq (smallest), collective_op (a send/recv pair reads ``send_recv``), collective_step
       (the earliest step a kernel of it was recorded in), group_size, max_wait_ns, total_wait_ns, arrival_skew_ns
       and end_skew_ns (aligned clock), first_start_ns (aligned), has_meta (all kernels), match_rule and partial
-      (where matched so). The one instance table: every consumer reads it or ``members`` (its participants and
-      units, as blame reads them).
+      (where matched so), dimension and intra_node (its first kernel's, where the graph was built with groups).
+      The one instance table: every consumer reads it or ``members`` (its participants and units, as blame
+      reads them).
     ``edges``: src, dst, kind ∈ EDGE_KINDS: stream / binding predecessor -> node; collective: the gate's
       node -> every other participant's node (they waited for it).
     """
@@ -120,6 +124,11 @@ class Graph:
     # ``clock``, so no presenter reads the TraceSet
     gpu: pl.DataFrame | None = None
     cpu: pl.DataFrame | None = None
+    # one row per process group with its parallelism dimension (crossrank/groups.py ``groups``); None: not named
+    groups: pl.DataFrame | None = None
+    # process group name -> dimension for names that denote one group (groups.pg_dimensions): the replay's
+    # per-dimension scenarios and the verdict's by_dimension attribution
+    pg_dimensions: dict[str, str] = dataclasses.field(default_factory=dict)
 
     @property
     def n_nodes(self) -> int:
@@ -127,11 +136,14 @@ class Graph:
 
 
 def build(gpu: pl.DataFrame, rows: pl.DataFrame, steps: pl.DataFrame, clock: Clock | None = None,
-          cpu: pl.DataFrame | None = None) -> Graph:
+          cpu: pl.DataFrame | None = None, groups: pl.DataFrame | None = None, layout: Layout | None = None) -> Graph:
     """``gpu``: the TraceSet's gpu table; ``rows``: waits.per_row (every comm kernel with instance,
     wait_ns, transfer_ns); ``steps``: step windows; ``clock``: the fitted offsets (none: every rank's own);
-    ``cpu``: the TraceSet's cpu table, carried for the timelines."""
+    ``cpu``: the TraceSet's cpu table, carried for the timelines; ``groups``: the process groups with their
+    dimensions (``groups.groups``) and ``layout`` (--layout): each comm kernel gets its dimension from them."""
     clock = clock or Clock({})
+    if groups is not None and "instance" in rows.columns:
+        rows = row_dimensions(rows, groups, layout)
     # an operation is (rank, stream, start, end, name); the name is keyed by its 64-bit hash, which
     # hashes a million kernel names' text once instead of in every unique and join (0.2 s each)
     declared = "after" in gpu.columns and "op_key" in gpu.columns
@@ -189,12 +201,12 @@ def build(gpu: pl.DataFrame, rows: pl.DataFrame, steps: pl.DataFrame, clock: Clo
     nodes = nodes.with_columns(_gate_nodes(nodes, instances))
     cols = ["node", "rank", "stream", "kind", "name", "start_ns", "end_ns", "dur_ns", "a_start_ns", "a_end_ns", "step",
             "ordinal", "occurrence", "stream_pred", "slack_ns", "bind_pred", "gap_ns", "inst", "gate_node", "wait_ns",
-            "transfer_ns", "op", "pg", "bytes", "group_n", "k"]
+            "transfer_ns", "op", "pg", "bytes", "group_n", "k", "dimension", "intra_node"]
     nodes = nodes.select(cols)
     kernels = _kernels(rows, nodes, instances)
     return Graph(nodes=nodes, instances=_reported(instances, kernels), edges=_edges(nodes), declared=said,
                  clock=clock, steps=clock.to_reference(steps, prefix="a_"), kernels=kernels, members=members(rows),
-                 gpu=gpu, cpu=cpu)
+                 gpu=gpu, cpu=cpu, groups=groups, pg_dimensions=pg_dimensions(groups) if groups is not None else {})
 
 
 def _kernels(rows: pl.DataFrame, nodes: pl.DataFrame, instances: pl.DataFrame) -> pl.DataFrame:
@@ -226,7 +238,7 @@ def _reported(instances: pl.DataFrame, kernels: pl.DataFrame) -> pl.DataFrame:
             (pl.col("a_end_ns").max() - pl.col("a_end_ns").min()).alias("end_skew_ns"),
             pl.col("a_start_ns").min().alias("first_start_ns"),
             pl.col("has_meta").all(),
-            *[pl.col(c).first() for c in ("match_rule", "partial") if c in kernels.columns],
+            *[pl.col(c).first() for c in ("match_rule", "partial", "dimension", "intra_node") if c in kernels.columns],
         )
     )
     return instances.join(report, on="inst", how="left", maintain_order="left")
@@ -250,7 +262,9 @@ def _name_key() -> pl.Expr:
 def _comm_rows(rows: pl.DataFrame) -> pl.DataFrame:
     schema = {"rank": pl.Int32, "stream": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64, "name": pl.Utf8,
               "instance": pl.Utf8, "wait_ns": pl.Int64, "transfer_ns": pl.Int64, "op": pl.Utf8, "pg": pl.Utf8,
-              "bytes": pl.Int64, "group_n": pl.Int64, "last_rank": pl.Int32, "inst_last": pl.Int32, "k": pl.UInt32}
+              "bytes": pl.Int64, "group_n": pl.Int64, "last_rank": pl.Int32, "inst_last": pl.Int32, "k": pl.UInt32,
+              # a small code per node, not text: a million operations' text views would hold 16 MB, mostly null
+              "dimension": pl.Enum(DIMENSIONS), "intra_node": pl.Boolean}
     if rows.height == 0:
         return pl.DataFrame(schema=schema)
     n = pl.coalesce(pl.col("group_size").cast(pl.Int64), pl.col("n_ranks").cast(pl.Int64)) if "n_ranks" in rows.columns \
@@ -260,6 +274,7 @@ def _comm_rows(rows: pl.DataFrame) -> pl.DataFrame:
         pl.col("wait_ns").cast(pl.Int64), pl.col("transfer_ns").cast(pl.Int64), "op", "pg",
         pl.max_horizontal("in_bytes", "out_bytes").cast(pl.Int64).alias("bytes"), n.alias("group_n"),
         "last_rank", "inst_last", "k",
+        *[pl.col(c) if c in rows.columns else pl.lit(None).alias(c) for c in ("dimension", "intra_node")],
     ).unique(["rank", "stream", "start_ns", "end_ns", "name"], keep="first").cast(schema)
 
 

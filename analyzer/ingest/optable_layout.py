@@ -16,7 +16,7 @@ from pathlib import Path
 from ..errors import TraceError, UsageError
 from ..model import ProcessGroup
 
-# group kind -> (pg name prefix, description read by metrics.dimensions' description rules)
+# group kind -> (pg name prefix, description read by crossrank.groups' description rules)
 GROUP_KINDS = {
     "dp": ("dp", "data_parallel"),
     "pp": ("pp", "pipeline_parallel"),

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from . import dimensions
+from ..crossrank import groups as pgroups
 
 GRID_SEQS = 16  # the grid shows each group's last this many seqs up to its hang
 NO_SIZE_CHECK = ("all_to_all", "gather", "scatter", "barrier", "coalesced")  # sizes differ by design
@@ -39,9 +39,9 @@ class Hang:
 
 
 def analyze(entries: pl.DataFrame, dump_ranks: list[int], pg_config: dict[int, dict[str, tuple[str, tuple]]],
-            dims: dimensions.Options | None = None) -> Hang:
+            dims: pgroups.Options | None = None) -> Hang:
     """``entries``: the Flight Recorder entry table; ``pg_config``: per rank, pg name -> (desc, members)."""
-    dims = dims or dimensions.Options()
+    dims = dims or pgroups.Options()
     have = set(dump_ranks)
     e, members = _with_groups(entries, pg_config)
     groups = _group_table(e, members)
@@ -135,11 +135,11 @@ def _world_size(groups: pl.DataFrame, dump_ranks: list[int]) -> int:
     return max(int(world.max()) if world.len() else 0, top)
 
 
-def _dimensions(groups: pl.DataFrame, world: int, dims: dimensions.Options) -> pl.DataFrame:
+def _dimensions(groups: pl.DataFrame, world: int, dims: pgroups.Options) -> pl.DataFrame:
     meta = groups.select(pl.col("gid").alias("pg"), "desc", "ranks")
     empty = pl.DataFrame(schema={"pg": pl.Utf8, "group_ranks": pl.Utf8, "pg_desc": pl.Utf8, "rank": pl.Int32,
                                  "op": pl.Utf8, "instance": pl.Int64, "comm": pl.Utf8})
-    named = dimensions.groups(meta, empty, world, None, dims).select(
+    named = pgroups.groups(meta, empty, world, None, dims).select(
         pl.col("pg").alias("gid"), "dimension", "dimension_source", "intra_node")
     label = pl.when(pl.col("pg").is_duplicated()).then(pl.format("{} [{}]", "pg", pl.col("ranks").list.first())) \
         .otherwise(pl.col("pg"))

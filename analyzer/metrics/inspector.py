@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from ..crossrank.collectives import bus_factor_expr
+from ..crossrank.groups import family  # a communicator's dimension is named in the cross-rank stage
 from ..model import InspectorLog
 from ..rules import NS_PER_MS
 
@@ -214,12 +215,6 @@ def verdict(ranks: pl.DataFrame) -> dict | None:
             "last_arrival_pct": top["last_arrival_pct"], "instances_last": top["instances_last"],
             "instances": top["instances"], "z": top["caused_wait_z"],
             "basis": "kernel times (the rank that arrives last has the shortest kernel)"}
-
-
-def family(name: pl.Expr) -> pl.Expr:
-    """A communicator name's family: 'tp_3' -> 'tp', 'default_pg' -> 'world' (digits and separators dropped)."""
-    base = name.fill_null("unknown").str.to_lowercase().str.replace(r"[_\-\s]*\d+([_\-\s]+\d+)*$", "")
-    return pl.when(base.is_in(["default_pg", "world", "global", "0", ""])).then(pl.lit("world")).otherwise(base)
 
 
 def _dimensions(records: pl.DataFrame, complete: pl.DataFrame, comms: pl.DataFrame) -> pl.DataFrame:

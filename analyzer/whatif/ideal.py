@@ -29,7 +29,7 @@ class Roles:
 
 
 def roles(groups: pl.DataFrame | None, ranks: list[int], stages: pl.DataFrame | None = None) -> Roles:
-    """``groups``: dimensions.groups (pg, ranks, size, dimension); ``stages``: rank, stage (pipeline)."""
+    """``groups``: crossrank.groups.groups (pg, ranks, size, dimension); ``stages``: rank, stage (pipeline)."""
     role: dict[int, int] = {}
     replica: dict[int, int] = {}
     if groups is not None and groups.height:
