@@ -404,14 +404,14 @@ def test_pipeline_two_stage_bubbles_by_phase_with_a_step_without_transfers(d: in
     [1000, 1300] and steady [1300, 1600] all useful; rank 1 warm-up 300 - 50 - 100 = 150 idle, steady none."""
     p = _pipeline_case(d, [(1, 2, 1000, 1900), (0, 2, 1000, 1600), (1, 1, 0, 1000), (0, 1, 100, 1000)], offset_ranks)
     assert (p["stage_source"], p["steps"], p["chains"], p["bottleneck_stage"]) == ("p2p", 2, 1, 0)
-    ms = 2e6  # ns per ms, times 2 steps
+    per = 2  # steps: the stage table holds ns per rank and step (ms only at the edge)
     want = [
-        {"stage": 0, "ranks": [0], "bubble_ms": 400 / ms, "bubble_pct": 100 * 400 / 1500, "warmup_bubble_ms": 0.0,
-         "steady_bubble_ms": 0.0, "cooldown_bubble_ms": 400 / ms, "recv_wait_ms": 0.0, "step_ms": 1500 / ms,
-         "compute_ms": 900 / ms, "caused_wait_ms": 100 / ms},
-        {"stage": 1, "ranks": [1], "bubble_ms": 950 / ms, "bubble_pct": 50.0, "warmup_bubble_ms": 150 / ms,
-         "steady_bubble_ms": 200 / ms, "cooldown_bubble_ms": 600 / ms, "recv_wait_ms": 100 / ms, "step_ms": 1900 / ms,
-         "compute_ms": 750 / ms, "caused_wait_ms": 0.0}]
+        {"stage": 0, "ranks": [0], "bubble_ns": 400 / per, "bubble_pct": 100 * 400 / 1500, "warmup_bubble_ns": 0.0,
+         "steady_bubble_ns": 0.0, "cooldown_bubble_ns": 400 / per, "recv_wait_ns": 0.0, "step_ns": 1500 / per,
+         "compute_ns": 900 / per, "caused_wait_ns": 100 / per},
+        {"stage": 1, "ranks": [1], "bubble_ns": 950 / per, "bubble_pct": 50.0, "warmup_bubble_ns": 150 / per,
+         "steady_bubble_ns": 200 / per, "cooldown_bubble_ns": 600 / per, "recv_wait_ns": 100 / per, "step_ns": 1900 / per,
+         "compute_ns": 750 / per, "caused_wait_ns": 0.0}]
     got = p["stages"].to_dicts()
     assert [list(g) for g in got] == [list(w) for w in want]
     for g, w in zip(got, want, strict=True):
@@ -488,8 +488,8 @@ def test_pipeline_stages_from_p2p_topology_edges() -> None:
 def test_pipeline_bottleneck_needs_two_stages_and_a_margin() -> None:
     from analyzer.metrics.pipeline import bottleneck
 
-    def table(ms: list[float]) -> pl.DataFrame:
-        return pl.DataFrame({"stage": list(range(len(ms))), "compute_ms": ms})
+    def table(ns: list[float]) -> pl.DataFrame:
+        return pl.DataFrame({"stage": list(range(len(ns))), "compute_ns": ns})
 
     assert bottleneck(table([5.0])) is None
     assert bottleneck(table([1.0, 3.0])) == 1
@@ -520,7 +520,7 @@ def test_pipeline_step_where_the_last_stage_computes_nothing_is_all_steady() -> 
     per = {(r["rank"], r["step"]): (r["warmup_bubble_ns"], r["steady_bubble_ns"], r["cooldown_bubble_ns"])
            for r in p["rank_steps"].to_dicts()}
     assert per == {(0, 3): (0, 50, 0), (1, 3): (0, 100, 0)}
-    assert p["stages"].select("stage", "compute_ms").rows() == [(0, 100 / 1e6), (1, 0.0)]
+    assert p["stages"].select("stage", "compute_ns").rows() == [(0, 100.0), (1, 0.0)]
 
 
 def test_pipeline_an_unmatched_collective_is_useful_work() -> None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import polars as pl
 
 from ..crossrank.graph import Clock
-from ..rules import NS_PER_MS, RECEIVING_P2P_OPS
+from ..rules import RECEIVING_P2P_OPS
 from .flat import FlatAxis
 
 P2P_RULES = ("p2p_peer", "p2p_pair")
@@ -150,20 +150,20 @@ def analyze(rows: pl.DataFrame, gpu: pl.DataFrame, windows: pl.DataFrame, clock:
     # rank order: the stage means below add floats in row order, which a group-by leaves to chance (their last digit
     # changed from run to run: tp_pp_dp_mps_host_slow's cooldown_bubble_ms 3.021831 or 3.02183)
     per_rank = per_rank.sort("rank")
-    per_step = NS_PER_MS * pl.col("steps")
+    per_step = pl.col("steps")  # ns per rank and step; ms only at the edge (units.ms_frame)
     table = per_rank.group_by("stage").agg(
         pl.col("rank").sort().alias("ranks"),
-        (pl.col("bubble_ns") / per_step).mean().alias("bubble_ms"),
+        (pl.col("bubble_ns") / per_step).mean().alias("bubble_ns"),
         (100.0 * pl.col("bubble_ns").sum() / pl.col("span_ns").sum()).alias("bubble_pct"),
-        (pl.col("_b0") / per_step).mean().alias("warmup_bubble_ms"),
-        (pl.col("_b1") / per_step).mean().alias("steady_bubble_ms"),
-        (pl.col("_b2") / per_step).mean().alias("cooldown_bubble_ms"),
-        (pl.col("recv_wait_ns") / per_step).mean().alias("recv_wait_ms"),
-        (pl.col("span_ns") / per_step).mean().alias("step_ms"),
-        (pl.col("_compute") / per_step).mean().alias("compute_ms"),
+        (pl.col("_b0") / per_step).mean().alias("warmup_bubble_ns"),
+        (pl.col("_b1") / per_step).mean().alias("steady_bubble_ns"),
+        (pl.col("_b2") / per_step).mean().alias("cooldown_bubble_ns"),
+        (pl.col("recv_wait_ns") / per_step).mean().alias("recv_wait_ns"),
+        (pl.col("span_ns") / per_step).mean().alias("step_ns"),
+        (pl.col("_compute") / per_step).mean().alias("compute_ns"),
     ).join(caused, on="stage", how="left").with_columns(
-        (pl.col("caused_wait_ns").fill_null(0) / NS_PER_MS / n_steps).alias("caused_wait_ms")
-    ).drop("caused_wait_ns").sort("stage")
+        (pl.col("caused_wait_ns").fill_null(0) / n_steps).alias("caused_wait_ns")
+    ).sort("stage")
     return {
         "stage_source": source,
         "steps": n_steps,
@@ -184,10 +184,10 @@ def bottleneck(table: pl.DataFrame, margin: float = 0.01) -> int | None:
     other side too, and would be blamed for what it only passed on. None when the top two are within
     ``margin`` of each other (a balanced pipeline).
     """
-    top = table.sort("compute_ms", descending=True)
-    if top.height < 2 or top["compute_ms"][0] is None:
+    top = table.sort("compute_ns", descending=True)
+    if top.height < 2 or top["compute_ns"][0] is None:
         return None
-    first, second = float(top["compute_ms"][0]), float(top["compute_ms"][1])
+    first, second = float(top["compute_ns"][0]), float(top["compute_ns"][1])
     return int(top["stage"][0]) if first > second * (1 + margin) else None
 
 

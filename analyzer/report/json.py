@@ -199,7 +199,7 @@ def _pipeline(p: dict | None) -> dict | None:
     if p is None:
         return None
     head = {k: p[k] for k in ("stage_source", "steps", "chains", "bottleneck_stage")}
-    return clean({**head, "stages": _records(p["stages"], PIPELINE_STAGE_FIELDS)})
+    return clean({**head, "stages": _records(ms_frame(p["stages"]), PIPELINE_STAGE_FIELDS)})
 
 
 def _inspector(a: Analysis) -> dict | None:

@@ -15,7 +15,7 @@ from ..rules import NS_PER_US, size_text
 from ..views.dimensions import summary as dim_summary
 from ..views.inspector import cell as inspector_cell
 from ..views.inspector import tables as inspector_tables
-from ..views.units import ms_tables
+from ..views.units import ms_frame, ms_tables
 from ..views.verdict import headline
 from ..views.whatif import sentence as whatif_sentence
 from ..views.whatif import text_lines as whatif_lines
@@ -92,7 +92,7 @@ def render(a: Analysis, width: int | None = None, color: bool = False, show_step
         pcols = [("stage", "stage"), ("ranks", "ranks"), ("step_ms", "step"), ("bubble_ms", "bubble"),
                  ("bubble_pct", "bubble %"), ("warmup_bubble_ms", "warm-up"), ("steady_bubble_ms", "steady"),
                  ("cooldown_bubble_ms", "cool-down"), ("recv_wait_ms", "recv wait")]
-        rows = [{**r, "ranks": _ranks_text(r["ranks"])} for r in p["stages"].to_dicts()]
+        rows = [{**r, "ranks": _ranks_text(r["ranks"])} for r in ms_frame(p["stages"]).to_dicts()]
         neck = "" if p["bottleneck_stage"] is None else f"; stage {p['bottleneck_stage']} sets the pace"
         con.print()
         tcon.print(_table(f"Pipeline, ms per rank and step (stages from {p['stage_source']}{neck})", pcols, rows))
