@@ -64,6 +64,14 @@ def ms_tables(a: Analysis) -> MsTables:
     return t
 
 
+def ms_dict(d: dict | None) -> dict | None:
+    """A record's ``*_ns`` values as ``*_ms``, in place (key order stays); None stays None."""
+    if d is None:
+        return None
+    return {ms_name(k) if _NS.search(k) else k: (None if v is None else v / NS_PER_MS) if _NS.search(k) else v
+            for k, v in d.items()}
+
+
 def ms(ns: float | None) -> float | None:
     """One value: ns -> ms (None stays None)."""
     return None if ns is None else ns / NS_PER_MS

@@ -43,7 +43,7 @@ def _same(a: im.InspectorSummary, b: im.InspectorSummary) -> None:
     assert_frame_equal(a.outliers.drop("last_rank"), b.outliers.drop("last_rank"), check_dtypes=False, rel_tol=1e-9)
     assert a.verdict is not None and b.verdict is not None
     assert a.verdict["rank"] == b.verdict["rank"]
-    assert a.verdict["caused_wait_ms"] == pytest.approx(b.verdict["caused_wait_ms"], rel=1e-9)
+    assert a.verdict["caused_wait_ns"] == pytest.approx(b.verdict["caused_wait_ns"], rel=1e-9)
     assert a.verdict["z"] == pytest.approx(b.verdict["z"], rel=1e-9)
     for k in ("records", "instances", "complete_instances", "bad_lines", "lines"):
         assert a.counts[k] == b.counts[k], k

@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from ..crossrank.collectives import bus_factor_expr
-from ..rules import NS_PER_MS
 
 SKETCH_CAP = 512  # distinct values a key keeps exactly
 SKETCH_EPS = 0.01  # log-bin ratio - 1 beyond that: median error <= sqrt(1.01) - 1 = 0.499 %
@@ -57,7 +56,7 @@ def _binned(v: pl.Expr) -> pl.Expr:
 class Folded:
     """What ``Fold`` holds at the end, by ``cid`` and ``proc`` (mapped to comm / rank by the reader)."""
 
-    per_proc: pl.DataFrame  # cid, proc: records, exec_ns, wait_ns, instances, share, caused_ns, expected_ms, var
+    per_proc: pl.DataFrame  # cid, proc: records, exec_ns, wait_ns, instances, share, caused_ns, expected_ns, var
     per_comm: pl.DataFrame  # cid: instances, complete_instances
     bw_stats: pl.DataFrame  # KEY: count, busbw_min, busbw_max
     sketch: pl.DataFrame  # KEY, m, v, n
@@ -197,8 +196,8 @@ class Fold:
         self._keep("per_proc", mem.group_by("cid", "proc").agg(
             (pl.col("exec_ns") - pl.col("transfer_ns")).sum().alias("wait_ns"), pl.len().alias("instances"),
             share.sum().alias("share"), (share * caused).sum().alias("caused_ns"),
-            ((caused * p).sum() / NS_PER_MS).alias("expected_ms"),
-            ((caused / NS_PER_MS) ** 2 * p * (1 - p)).sum().alias("var")))
+            (caused * p).sum().alias("expected_ns"),
+            (caused ** 2 * p * (1 - p)).sum().alias("var")))  # ns squared
 
     def _bandwidth(self, rows: pl.DataFrame) -> None:
         rows = rows.with_columns(size_bucket(), busbw(pl.col("transfer_ns")).alias("busbw_gbps"))
@@ -219,7 +218,7 @@ class Fold:
         key_schema = {"cid": pl.Int32, "op": pl.Utf8, "size_bucket": pl.Int64, "algo": pl.Utf8, "proto": pl.Utf8}
         per_proc = take("per_proc", {"cid": pl.Int32, "proc": pl.Int32, "records": pl.UInt32, "exec_ns": pl.Int64})
         for c, t in (("wait_ns", pl.Int64), ("instances", pl.UInt32), ("share", pl.Float64), ("caused_ns", pl.Float64),
-                     ("expected_ms", pl.Float64), ("var", pl.Float64)):
+                     ("expected_ns", pl.Float64), ("var", pl.Float64)):
             if c not in per_proc.columns:
                 per_proc = per_proc.with_columns(pl.lit(None, dtype=t).alias(c))
         return Folded(

@@ -29,7 +29,6 @@ import polars as pl
 from ..crossrank.collectives import bus_factor_expr
 from ..crossrank.groups import family  # a communicator's dimension is named in the cross-rank stage
 from ..model import InspectorLog
-from ..rules import NS_PER_MS
 
 SLOW_LINK_RATIO = 0.7
 MIN_Z = 3.5
@@ -129,7 +128,7 @@ def _communicators(records: pl.DataFrame, comms: pl.DataFrame, inst: pl.DataFram
 _BW_AGG = (
     pl.len().alias("count"),
     pl.col("bytes").median().alias("bytes_p50"),
-    (pl.col("transfer_ns").median() / NS_PER_MS).alias("transfer_ms_p50"),
+    pl.col("transfer_ns").median().alias("transfer_ns_p50"),
     pl.col("busbw_gbps").median().alias("busbw_gbps_p50"),
     pl.col("busbw_gbps").min().alias("busbw_gbps_min"),
     pl.col("busbw_gbps").max().alias("busbw_gbps_max"),
@@ -178,40 +177,41 @@ def _ranks(records: pl.DataFrame, complete: pl.DataFrame) -> pl.DataFrame:
     caused = pl.col("caused_wait_ns").cast(pl.Float64)
     per = rows.group_by("rank").agg(
         pl.len().alias("instances"),
-        ((pl.col("exec_ns") - pl.col("transfer_ns")).sum() / NS_PER_MS).alias("wait_ms"),
+        (pl.col("exec_ns") - pl.col("transfer_ns")).sum().alias("wait_ns"),
         share.sum().alias("instances_last"),
-        ((share * caused).sum() / NS_PER_MS).alias("caused_wait_ms"),
-        ((caused * p).sum() / NS_PER_MS).alias("_expected"),
-        ((caused / NS_PER_MS) ** 2 * p * (1 - p)).sum().alias("_var"),
+        (share * caused).sum().alias("caused_wait_ns"),
+        (caused * p).sum().alias("_expected"),
+        (caused ** 2 * p * (1 - p)).sum().alias("_var"),
     )
-    total = mine.group_by("rank").agg(pl.len().alias("records"), (pl.col("exec_ns").sum() / NS_PER_MS).alias("comm_ms"))
+    total = mine.group_by("rank").agg(pl.len().alias("records"), pl.col("exec_ns").sum().alias("comm_ns"))
     df = (total.join(per, on="rank", how="left")
           .with_columns(pl.col("instances").fill_null(0),
-                        pl.col("instances_last", "wait_ms", "caused_wait_ms").fill_null(0.0)))
+                        pl.col("instances_last", "caused_wait_ns").fill_null(0.0), pl.col("wait_ns").fill_null(0)))
     return rank_columns(df)
 
 
 def rank_columns(df: pl.DataFrame) -> pl.DataFrame:
     """The per-rank table's columns from its sums (``_expected``, ``_var``: the caused wait's mean and variance
-    if who arrives last were chance), whole-table or streamed alike."""
+    if who arrives last were chance, in ns and ns squared), whole-table or streamed alike. ns throughout: the
+    z-score is the same number in any unit; presenters show ms (``units.ms_frame``)."""
     return df.select(
-        "rank", "records", "comm_ms", "wait_ms", "caused_wait_ms", "instances", "instances_last",
+        "rank", "records", "comm_ns", "wait_ns", "caused_wait_ns", "instances", "instances_last",
         pl.when(pl.col("instances") > 0).then(100.0 * pl.col("instances_last") / pl.col("instances"))
         .alias("last_arrival_pct"),
-        pl.when(pl.col("_var") > 0).then((pl.col("caused_wait_ms") - pl.col("_expected")) / pl.col("_var").sqrt())
+        pl.when(pl.col("_var") > 0).then((pl.col("caused_wait_ns") - pl.col("_expected")) / pl.col("_var").sqrt())
         .alias("caused_wait_z"),
     ).sort("rank")
 
 
 def verdict(ranks: pl.DataFrame) -> dict | None:
-    total = float(ranks["caused_wait_ms"].sum()) if ranks.height else 0.0
+    total = float(ranks["caused_wait_ns"].sum()) if ranks.height else 0.0
     if total <= 0:
         return None
-    cand = ranks.filter((pl.col("caused_wait_z") >= MIN_Z) & (pl.col("caused_wait_ms") >= MIN_SHARE * total))
+    cand = ranks.filter((pl.col("caused_wait_z") >= MIN_Z) & (pl.col("caused_wait_ns") >= MIN_SHARE * total))
     if cand.height == 0:
         return None
-    top = cand.sort("caused_wait_ms", "rank", descending=[True, False]).row(0, named=True)
-    return {"rank": top["rank"], "caused_wait_ms": top["caused_wait_ms"], "share_pct": 100 * top["caused_wait_ms"] / total,
+    top = cand.sort("caused_wait_ns", "rank", descending=[True, False]).row(0, named=True)
+    return {"rank": top["rank"], "caused_wait_ns": top["caused_wait_ns"], "share_pct": 100 * top["caused_wait_ns"] / total,
             "last_arrival_pct": top["last_arrival_pct"], "instances_last": top["instances_last"],
             "instances": top["instances"], "z": top["caused_wait_z"],
             "basis": "kernel times (the rank that arrives last has the shortest kernel)"}
@@ -225,8 +225,8 @@ def _dimensions(records: pl.DataFrame, complete: pl.DataFrame, comms: pl.DataFra
         family(pl.col("name")).alias("dimension"))
     return rows.group_by("rank", "dimension").agg(
         pl.col("comm").n_unique().alias("groups"), pl.col("intra_node").all().alias("intra_node"),
-        (pl.col("exec_ns").sum() / NS_PER_MS).alias("comm_ms"),
-        ((pl.col("exec_ns") - pl.col("transfer_ns")).sum() / NS_PER_MS).alias("wait_ms"),
+        pl.col("exec_ns").sum().alias("comm_ns"),
+        (pl.col("exec_ns") - pl.col("transfer_ns")).sum().alias("wait_ns"),
     ).sort("rank", "dimension")
 
 
@@ -234,7 +234,5 @@ def _outliers(complete: pl.DataFrame, comms: pl.DataFrame, top: int = TOP_OUTLIE
     return (complete.join(comms.select("comm", "id", "name"), on="comm")
             .sort("max_wait_ns", "comm", "seq", descending=[True, False, False]).head(top)
             .select("id", "name", "seq", "op", "bytes", "n_ranks", "last_rank",
-                    (pl.col("transfer_ns") / NS_PER_MS).alias("transfer_ms"),
-                    (pl.col("max_wait_ns") / NS_PER_MS).alias("max_wait_ms"),
-                    (pl.col("caused_wait_ns") / NS_PER_MS).alias("total_wait_ms"), "busbw_gbps"))
+                    "transfer_ns", "max_wait_ns", pl.col("caused_wait_ns").alias("total_wait_ns"), "busbw_gbps"))
 

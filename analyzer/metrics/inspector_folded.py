@@ -35,14 +35,11 @@ def analyze(log: InspectorLog) -> im.InspectorSummary:
     dims = pp.filter(pl.col("rank").is_not_null()).join(comms.select("comm", "name", "intra_node"), on="comm").with_columns(
         im.family(pl.col("name")).alias("dimension")).group_by("rank", "dimension").agg(
         pl.col("comm").n_unique().alias("groups"), pl.col("intra_node").all(),
-        (pl.col("exec_ns").sum() / im.NS_PER_MS).alias("comm_ms"),
-        (pl.col("wait_ns").sum() / im.NS_PER_MS).alias("wait_ms")).sort("rank", "dimension")
+        pl.col("exec_ns").sum().alias("comm_ns"), pl.col("wait_ns").sum()).sort("rank", "dimension")
     outliers = (f.outliers.join(comms.select("comm", "id", "name"), on="comm")
                 .sort("max_wait_ns", "comm", "seq", descending=[True, False, False]).head(im.TOP_OUTLIERS)
                 .select("id", "name", "seq", "op", "bytes", "n_ranks", "last_rank",
-                        (pl.col("transfer_ns") / im.NS_PER_MS).alias("transfer_ms"),
-                        (pl.col("max_wait_ns") / im.NS_PER_MS).alias("max_wait_ms"),
-                        (pl.col("caused_wait_ns") / im.NS_PER_MS).alias("total_wait_ms"), "busbw_gbps"))
+                        "transfer_ns", "max_wait_ns", pl.col("caused_wait_ns").alias("total_wait_ns"), "busbw_gbps"))
     n_inst = int(per_comm["instances"].sum()) if per_comm.height else 0
     n_complete = int(per_comm["complete_instances"].sum()) if per_comm.height else 0
     return im.InspectorSummary(
@@ -51,7 +48,7 @@ def analyze(log: InspectorLog) -> im.InspectorSummary:
         ranks=ranks, dimensions=dims, outliers=outliers, verdict=im.verdict(ranks))
 
 
-_COLS = ["count", "bytes_p50", "transfer_ms_p50", "busbw_gbps_p50", "busbw_gbps_min", "busbw_gbps_max",
+_COLS = ["count", "bytes_p50", "transfer_ns_p50", "busbw_gbps_p50", "busbw_gbps_min", "busbw_gbps_max",
          "logged_busbw_gbps_p50"]
 
 
@@ -63,22 +60,21 @@ def _table(f: Folded, comms: pl.DataFrame, by: list[str]) -> pl.DataFrame:
         pl.col("busbw_max").max().alias("busbw_gbps_max"))
     med = median_of(f.sketch.join(side, on="comm", how="left"), by)
 
-    def m(i: int, name: str, scale: float = 1.0) -> pl.DataFrame:
-        return med.filter(pl.col("m") == i).select(*by, (pl.col("median") / scale).alias(name))
+    def m(i: int, name: str) -> pl.DataFrame:
+        return med.filter(pl.col("m") == i).select(*by, pl.col("median").alias(name))
 
     out = stats
-    for i, name, scale in ((BYTES, "bytes_p50", 1.0), (TRANSFER, "transfer_ms_p50", im.NS_PER_MS),
-                           (BUSBW, "busbw_gbps_p50", 1.0), (LOGGED, "logged_busbw_gbps_p50", 1.0)):
-        out = out.join(m(i, name, scale), on=by, how="left", nulls_equal=True)
+    for i, name in ((BYTES, "bytes_p50"), (TRANSFER, "transfer_ns_p50"), (BUSBW, "busbw_gbps_p50"),
+                    (LOGGED, "logged_busbw_gbps_p50")):
+        out = out.join(m(i, name), on=by, how="left", nulls_equal=True)
     return out
 
 
 def _ranks(pp: pl.DataFrame) -> pl.DataFrame:
     """As ``metrics.inspector._ranks``, from the per communicator x rank sums."""
     df = pp.filter(pl.col("rank").is_not_null()).group_by("rank").agg(
-        pl.col("records").sum().cast(pl.UInt32), (pl.col("exec_ns").sum() / im.NS_PER_MS).alias("comm_ms"),
-        (pl.col("wait_ns").sum() / im.NS_PER_MS).alias("wait_ms"),
-        (pl.col("caused_ns").sum() / im.NS_PER_MS).alias("caused_wait_ms"),
+        pl.col("records").sum().cast(pl.UInt32), pl.col("exec_ns").sum().alias("comm_ns"), pl.col("wait_ns").sum(),
+        pl.col("caused_ns").sum().alias("caused_wait_ns"),
         pl.col("instances").sum().cast(pl.UInt32), pl.col("share").sum().alias("instances_last"),
-        pl.col("expected_ms").sum().alias("_expected"), pl.col("var").sum().alias("_var"))
+        pl.col("expected_ns").sum().alias("_expected"), pl.col("var").sum().alias("_var"))
     return im.rank_columns(df)

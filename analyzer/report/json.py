@@ -17,7 +17,7 @@ from ..analysis import Analysis
 from ..metrics.stragglers import Verdict
 from ..rules import NS_PER_MS, NS_PER_US
 from ..views.counterfactual import counterfactual_dict
-from ..views.units import ms_frame, ms_tables
+from ..views.units import ms_dict, ms_frame, ms_tables
 from ..views.whatif import critical_path_records, whatif_dict
 
 SCHEMA = "commscope.analysis/1"
@@ -207,9 +207,9 @@ def _inspector(a: Analysis) -> dict | None:
     s = a.inspector
     if s is None:
         return None
-    tables = {k: getattr(s, k).drop("comm", strict=False) for k in
+    tables = {k: ms_frame(getattr(s, k).drop("comm", strict=False)) for k in
               ("communicators", "busbw", "bandwidth", "slow_links", "ranks", "dimensions", "outliers")}
-    return {"verbose": s.verbose, "counts": clean(s.counts), "verdict": clean(s.verdict),
+    return {"verbose": s.verbose, "counts": clean(s.counts), "verdict": clean(ms_dict(s.verdict)),
             **{k: _records(df, tuple(df.columns)) for k, df in tables.items()}}
 
 

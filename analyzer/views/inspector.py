@@ -1,10 +1,11 @@
 """What every presenter shows of NCCL Inspector input: the lead sentences and the tables (rows as dicts with
-already-formatted cells), read from ``Analysis.inspector``. Formatting only."""
+already-formatted cells), read from ``Analysis.inspector`` (ns inside; ms here). Formatting only."""
 
 from __future__ import annotations
 
 from ..analysis import Analysis
 from ..rules import size_text
+from .units import ms, ms_frame
 
 MAX_SLOW_LINKS = 3
 # (key, header, digits): per communicator x op x size; the busbw is the instance's (from its shortest kernel)
@@ -41,7 +42,7 @@ def headline(a: Analysis) -> list[str]:
     if not s.verbose:  # with kernel timestamps the trace verdict (root cause, timeline) leads instead
         if v is not None:
             lines.append(
-                f"Straggler (from Inspector kernel times): rank {v['rank']} caused {v['caused_wait_ms']:,.1f} ms of the "
+                f"Straggler (from Inspector kernel times): rank {v['rank']} caused {ms(v['caused_wait_ns']):,.1f} ms of the "
                 f"others' wait ({v['share_pct']:.0f}% of all, {v['z']:.1f} sigma above chance), arriving last at "
                 f"{v['last_arrival_pct']:.0f}% of its {v['instances']} collectives.")
         elif s.counts.get("complete_instances"):
@@ -68,7 +69,7 @@ def tables(a: Analysis) -> list[tuple[str, tuple, list[dict]]]:
         return []
     out = []
     bw = [{**r, "size": size_text(r["size_bucket"]), "where": _where(r["intra_node"], None).split(" ")[0],
-           "algo_proto": "/".join(x for x in (r["algo"], r["proto"]) if x) or "-"} for r in s.busbw.to_dicts()]
+           "algo_proto": "/".join(x for x in (r["algo"], r["proto"]) if x) or "-"} for r in ms_frame(s.busbw).to_dicts()]
     cols = BUSBW_COLUMNS if any(r["algo_proto"] != "-" for r in bw) else tuple(
         c for c in BUSBW_COLUMNS if c[0] != "algo_proto")  # the plugin's JSON has none; a writer may add them
     out.append(("NCCL Inspector: bus bandwidth per communicator, operation and size (medians; busbw from each "
@@ -76,9 +77,9 @@ def tables(a: Analysis) -> list[tuple[str, tuple, list[dict]]]:
                 cols, bw))
     if not s.verbose:
         out.append(("NCCL Inspector: per rank (complete instances; wait = own kernel time - the instance's shortest)",
-                    RANK_COLUMNS, s.ranks.to_dicts()))
+                    RANK_COLUMNS, ms_frame(s.ranks).to_dicts()))
     if s.outliers.height:
-        rows = [{**r, "size": size_text(r["bytes"])} for r in s.outliers.head(10).to_dicts()]
+        rows = [{**r, "size": size_text(r["bytes"])} for r in ms_frame(s.outliers.head(10)).to_dicts()]
         out.append(("NCCL Inspector: instances with the largest arrival gap (coll_exec_time_us spread)",
                     OUTLIER_COLUMNS, rows))
     return out

@@ -3,9 +3,9 @@ inside) and ``num``, how a plain number reads in a table cell."""
 
 from __future__ import annotations
 
-from ..units import MsTables, ms, ms_frame, ms_name, ms_tables
+from ..units import MsTables, ms, ms_dict, ms_frame, ms_name, ms_tables
 
-__all__ = ["MsTables", "ms", "ms_frame", "ms_name", "ms_tables", "num"]
+__all__ = ["MsTables", "ms", "ms_dict", "ms_frame", "ms_name", "ms_tables", "num"]
 
 
 def num(x: float | None) -> str:
