@@ -148,7 +148,7 @@ def analyze(rows: pl.DataFrame, gpu: pl.DataFrame, windows: pl.DataFrame, clock:
         pl.col("_b2").sum(), pl.col("_compute").sum(), pl.col("step").n_unique().alias("steps"),
     ).join(recv_wait, on="rank", how="left").with_columns(pl.col("recv_wait_ns").fill_null(0))
     # rank order: the stage means below add floats in row order, which a group-by leaves to chance (their last digit
-    # changed from run to run: tp_pp_dp_mps_host_slow's cooldown_bubble_ms 3.021831 or 3.02183)
+    # changed from run to run: tp_pp_dp_mps_host_slow's stage-0 cool-down bubble, 3.021831 or 3.02183 ms)
     per_rank = per_rank.sort("rank")
     per_step = pl.col("steps")  # ns per rank and step; ms only at the edge (units.ms_frame)
     table = per_rank.group_by("stage").agg(
