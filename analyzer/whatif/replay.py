@@ -45,7 +45,7 @@ from ..rules import P2P_OPS
 LIST_WIDTH = 4  # successors / ends per key kept in a padded table; longer lists are read as ranges
 COMPILED_WAVES = 2_000  # from this many waves on the replay runs in numba (waves.py); below, its load costs more
 CELLS = 5_000_000  # scenario x node cells per replay batch (memory bound: ~9 float arrays of this size)
-CELLS_COMPILED = 10**6  # a count of cells, not a unit; ... where numba replays it (waves.spans: the changes' 2 float arrays and a bool one)
+CELLS_COMPILED = 10**6  # cells (a count) where numba replays it (waves.spans: 2 float arrays and a bool one)
 
 
 @dataclass(frozen=True)
