@@ -101,3 +101,22 @@ def test_damaged_entry_is_derived_again(traces: Path, monkeypatch: pytest.Monkey
     assert len(calls) == 1
     _same(load([traces], LoadOptions(jobs=1)), ref)  # rewritten whole
     assert len(calls) == 1
+
+
+def test_code_hash_covers_what_the_deriving_modules_import() -> None:
+    """Each module whose source keys the entry names only analyzer modules that key it too (the loader itself
+    imports the readers, which the ranks' own cache keys cover)."""
+    import ast
+
+    root = Path(derived.__file__).resolve().parents[1]
+    listed = set(derived._SOURCES)
+    for rel in listed - {"ingest/loader.py"}:
+        path = root / rel
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                base = path.parent
+                for _ in range(node.level - 1):
+                    base = base.parent
+                target = base.joinpath(*(node.module or "").split("."))
+                mod = target.with_suffix(".py") if target.with_suffix(".py").is_file() else target / "__init__.py"
+                assert str(mod.relative_to(root)) in listed, f"{rel} imports {mod.relative_to(root)}"

@@ -184,6 +184,7 @@ def load(paths: list[Path], options: LoadOptions | None = None) -> TraceSet:
         from .nccl_inspector import load_logs
 
         return load_logs(files, options.ranks, options.jobs)
+    derived_key = _derived_key(files, options)  # before reading, as each rank's entry is keyed
     results = [*set_aside, *_read_all(files, options)]
     if options.cache and not options.scheduler:
         from .cachedir import mark_seen
@@ -210,7 +211,7 @@ def load(paths: list[Path], options: LoadOptions | None = None) -> TraceSet:
             raise UsageError(f"none of the requested ranks {list(options.ranks)} is in the traces")
     warnings += dropped + [f"skipped {s.reason}" if s.reason.startswith(s.path) else f"skipped {s.path}: {s.reason}"
                            for s in skipped]
-    return assemble(traces, skipped, warnings, options.step_marker, _derived_key(files, options))
+    return assemble(traces, skipped, warnings, options.step_marker, derived_key)
 
 
 def _derived_key(files: list[TraceFile], options: LoadOptions) -> str | None:
@@ -223,11 +224,11 @@ def _derived_key(files: list[TraceFile], options: LoadOptions) -> str | None:
     try:
         keys = [cache_key(tf, ReadOptions(rank_hint=tf.rank_hint, rank_map=dict(options.rank_map or {}),
                                           step_marker=options.step_marker)) for tf in files]
-    except OSError:
+        return derived.job_key(keys, [options.step_marker, sorted((options.rank_map or {}).items()),
+                                      list(options.ranks) if options.ranks is not None else None, options.layout,
+                                      repr(options.limits)])
+    except OSError:  # a file gone meanwhile, or commscope's source unreadable: derived afresh, not cached
         return None
-    return derived.job_key(keys, [options.step_marker, sorted((options.rank_map or {}).items()),
-                                  list(options.ranks) if options.ranks is not None else None, options.layout,
-                                  repr(options.limits)])
 
 
 def _read_all(files: list[TraceFile], options: LoadOptions) -> list[list[RankTrace] | Skipped]:
