@@ -6,8 +6,10 @@
 Inputs: the shared H200 ``fsdp_balanced`` capture scaled in time (``bench.real_workload``: 4 x 50 MB and
 4 x 500 MB; ``hybrid_tp_dp`` at 4 x 500 MB too) and the generated 1,024-rank job of ``benchmarks/ranks.py``
 (``--data``). Each input's cache is filled once (cold parse) in ``benchmarks/data/cache/`` and kept, so only
-the cached path is timed. Each row: ``--runs`` runs of the whole command in a subprocess (``bench.measure``):
-median wall (min-max), median CPU seconds of the process tree (min-max), the largest peak RSS. With
+the cached path is timed. The filling run also stores the job's derived tables (``analyzer/ingest/derived.py``:
+the checked GPU table, steps, collectives), which every timed run reads, as a user's second ``analyze`` would.
+Each row: ``--runs`` runs of the whole command in a subprocess (``bench.measure``): median wall (min-max),
+median CPU seconds of the process tree (min-max), the largest peak RSS. With
 ``--base``, the same runs of another checkout (e.g. ``git worktree add /tmp/base main``), interleaved run by
 run with this one so that both see the same load: on a shared machine wall time follows the load, CPU
 seconds are the steadier number. ``--stages`` also prints this checkout's CPU seconds per analysis stage, in

@@ -184,6 +184,7 @@ def load(paths: list[Path], options: LoadOptions | None = None) -> TraceSet:
         from .nccl_inspector import load_logs
 
         return load_logs(files, options.ranks, options.jobs)
+    derived_key = _derived_key(files, options)  # before reading, as each rank's entry is keyed
     results = [*set_aside, *_read_all(files, options)]
     if options.cache and not options.scheduler:
         from .cachedir import mark_seen
@@ -210,7 +211,24 @@ def load(paths: list[Path], options: LoadOptions | None = None) -> TraceSet:
             raise UsageError(f"none of the requested ranks {list(options.ranks)} is in the traces")
     warnings += dropped + [f"skipped {s.reason}" if s.reason.startswith(s.path) else f"skipped {s.path}: {s.reason}"
                            for s in skipped]
-    return assemble(traces, skipped, warnings, options.step_marker)
+    return assemble(traces, skipped, warnings, options.step_marker, derived_key)
+
+
+def _derived_key(files: list[TraceFile], options: LoadOptions) -> str | None:
+    """The key of the job's cached derived tables (``derived.py``); None without the cache."""
+    if not options.cache:
+        return None
+    from . import derived
+    from .cache import cache_key
+
+    try:
+        keys = [cache_key(tf, ReadOptions(rank_hint=tf.rank_hint, rank_map=dict(options.rank_map or {}),
+                                          step_marker=options.step_marker)) for tf in files]
+        return derived.job_key(keys, [options.step_marker, sorted((options.rank_map or {}).items()),
+                                      list(options.ranks) if options.ranks is not None else None, options.layout,
+                                      repr(options.limits)])
+    except OSError:  # a file gone meanwhile, or commscope's source unreadable: derived afresh, not cached
+        return None
 
 
 def _read_all(files: list[TraceFile], options: LoadOptions) -> list[list[RankTrace] | Skipped]:
@@ -354,9 +372,23 @@ def _concat(schema: dict[str, pl.DataType], frames: list[pl.DataFrame],
 
 
 def assemble(traces: list[RankTrace], skipped: list[Skipped], warnings: list[str],
-             step_marker: str | None = None) -> TraceSet:
+             step_marker: str | None = None, derived_key: str | None = None) -> TraceSet:
+    """The job's tables; with ``derived_key``, the checked GPU table, steps and collectives come from the
+    job's cached entry where there is one (``derived.py``), and are stored there otherwise."""
     gpu = _concat(GPU_SCHEMA, [t.gpu for t in traces], GPU_OPTIONAL)
     cpu = _concat(CPU_SCHEMA, [t.cpu for t in traces])
+    if derived_key is not None:
+        from . import derived
+
+        hit = derived.load(derived_key)
+        if hit is not None:
+            warnings.extend(hit.warnings)
+            return TraceSet(
+                ranks=tuple(t.meta for t in traces), gpu=gpu if hit.gpu is None else hit.gpu, cpu=cpu,
+                collectives=hit.collectives, steps=hit.steps, skipped=tuple(skipped), warnings=tuple(warnings),
+            )
+    said = len(warnings)
+    raw = gpu
     gpu, sane = check_gpu(gpu, cpu)  # duplicates, impossible lengths, stream overlaps, unnamed kernels: said
     warnings.extend(sane)
     calls = _concat(COMM_CALL_SCHEMA, [t.comm_calls for t in traces])
@@ -384,6 +416,11 @@ def assemble(traces: list[RankTrace], skipped: list[Skipped], warnings: list[str
             f"{missing.height} of {table.height} communication kernels have no collective metadata "
             "(launched before the profiling window, or no record_param_comms): operation guessed from the kernel name"
         )
+    if derived_key is not None:
+        from . import derived
+
+        same = gpu.height == raw.height and gpu.equals(raw)  # the checks fixed nothing: the ranks' tables are it
+        derived.store(derived_key, derived.Derived(None if same else gpu, steps, table, warnings[said:]))
     return TraceSet(
         ranks=tuple(t.meta for t in traces), gpu=gpu, cpu=cpu, collectives=table, steps=steps,
         skipped=tuple(skipped), warnings=tuple(warnings),
