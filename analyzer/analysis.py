@@ -10,11 +10,10 @@ import polars as pl
 
 from .crossrank import align, graph, match, step_sync
 from .crossrank import groups as pgroups
-from .crossrank.collectives import bus_factor_expr
 from .metrics import blame, critical_path, dimensions, experts, inspector_folded, overlap, pipeline, stragglers, waits
 from .metrics import inspector as inspector_metrics
 from .model import RankMeta, TraceSet
-from .rules import NS_PER_US
+from .rules import NS_PER_US, bus_factor_expr
 from .whatif import counterfactual
 from .whatif import scenarios as whatif
 

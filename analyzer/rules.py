@@ -7,6 +7,8 @@ Nothing here imports from the project: this module sits below ingest, so any sta
 
 from __future__ import annotations
 
+import polars as pl
+
 # ----------------------------------------------------------------------------- units
 # Inside, times are int64 ns; ms (and us for clock offsets) appear only at the edge. The float
 # constants keep every division exactly what the literal ``/ 1e6`` gave before.
@@ -46,7 +48,7 @@ BLOCKING_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "bar
 # nccl-tests (doc/PERFORMANCE.md): busbw = algbw * factor(op, n); all_reduce 2(n-1)/n,
 # all_gather / reduce_scatter / all_to_all (n-1)/n, every other op 1.
 BUS_FACTOR_TWICE = ("all_reduce",)
-BUS_FACTOR_ONCE = ("all_gather", "reduce_scatter", "all_to_all")  # collectives.bus_factor_expr applies them
+BUS_FACTOR_ONCE = ("all_gather", "reduce_scatter", "all_to_all")  # bus_factor_expr below applies them
 
 
 # ----------------------------------------------------------------------------- steps
@@ -57,3 +59,15 @@ BUS_FACTOR_ONCE = ("all_gather", "reduce_scatter", "all_to_all")  # collectives.
 STEP_PREFIX = "ProfilerStep#"
 STEP_MARKER = rf"^{STEP_PREFIX}(\d+)$"
 NVTX_STEP_MARKER = rf"{STEP_PREFIX}(\d+)"
+
+
+# nccl-tests bus-bandwidth factors (the table above): busbw = algbw * factor(op, n)
+def bus_factor_expr(op: pl.Expr, n: pl.Expr) -> pl.Expr:
+    nf = n.cast(pl.Float64)
+    return (
+        pl.when(op.is_in(BUS_FACTOR_TWICE))
+        .then(2.0 * (nf - 1) / nf)
+        .when(op.is_in(BUS_FACTOR_ONCE))
+        .then((nf - 1) / nf)
+        .otherwise(1.0)
+    )

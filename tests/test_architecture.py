@@ -42,13 +42,9 @@ PRESENTERS = ("analyzer.report", "analyzer.export", "dashboards")
 VIEWS = "analyzer.views"
 INGEST = "analyzer.ingest"
 
-# Arrows against the flow that this round leaves to the stage that owns them (each is a reason, not a licence):
-# the loader attaches collective metadata with crossrank.collectives and the Inspector reader computes bus
-# bandwidth with its bus factors; both belong on the ground floor of rules (issue #33, item 1).
-KNOWN_UPSTREAM = {
-    ("analyzer.ingest.loader", "analyzer.crossrank.collectives"),
-    ("analyzer.ingest.inspector_fold", "analyzer.crossrank.collectives"),
-}
+# Arrows against the flow left to the stage that owns them (each a reason, not a licence); none today: the
+# canonical collectives table is built in ingest (ingest/collectives.py) and the bus factors sit in rules.py
+KNOWN_UPSTREAM: set[tuple[str, str]] = set()
 
 
 def _type_checking_lines(tree: ast.Module) -> set[int]:

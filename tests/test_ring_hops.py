@@ -8,8 +8,9 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from analyzer.crossrank import collectives, graph, match
+from analyzer.crossrank import graph, match
 from analyzer.crossrank.members import members
+from analyzer.ingest import collectives
 from analyzer.metrics import blame, waits
 from analyzer.model import COLLECTIVE_SCHEMA, COMM_CALL_SCHEMA, CPU_SCHEMA, GPU_SCHEMA, STEP_SCHEMA, conform
 

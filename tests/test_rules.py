@@ -13,7 +13,7 @@ import polars as pl
 import pytest
 
 from analyzer import ranklist, rules
-from analyzer.crossrank.collectives import bus_factor_expr
+from analyzer.rules import bus_factor_expr
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = sorted(p for d in ("analyzer", "dashboards") for p in (ROOT / d).rglob("*.py") if p.name != "rules.py")

@@ -30,8 +30,8 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
+from ..ingest.collectives import assign_steps
 from .align import ClockFit
-from .collectives import assign_steps
 from .groups import DIMENSIONS, Layout, pg_dimensions, row_dimensions
 from .members import Members, members
 

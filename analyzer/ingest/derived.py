@@ -32,7 +32,7 @@ _PKG = Path(__file__).resolve().parents[1]
 # the code that turns the ranks' tables into the derived ones (hygiene, rank settling, checks, steps, collectives;
 # test_derived_cache checks that what these import is listed too)
 _SOURCES = ("ingest/loader.py", "ingest/sanity.py", "ingest/hygiene.py",
-            "crossrank/collectives.py", "timeline.py", "model.py", "rules.py", "ranklist.py")
+            "ingest/collectives.py", "timeline.py", "model.py", "rules.py", "ranklist.py")
 _code_hash: str | None = None
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from ..crossrank.collectives import bus_factor_expr
+from ..rules import bus_factor_expr
 
 SKETCH_CAP = 512  # distinct values a key keeps exactly
 SKETCH_EPS = 0.01  # log-bin ratio - 1 beyond that: median error <= sqrt(1.01) - 1 = 0.499 %

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import polars as pl
 
-from ..crossrank import collectives
 from ..errors import CommscopeError, TraceError, UsageError
 from ..model import (
     COLLECTIVE_SCHEMA,
@@ -33,7 +32,7 @@ from ..model import (
 )
 from ..ranklist import compact
 from ..timeline import MIN_STEP_COVERAGE, gpu_step_windows, host_step_windows, step_coverage, tile_steps
-from . import ReadOptions
+from . import ReadOptions, collectives
 from .consistency import check_job
 from .discover import TraceFile, discover_all
 from .hygiene import drop_invalid_gpu

@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from ..crossrank.collectives import bus_factor_expr
 from ..crossrank.groups import DIMENSIONS
+from ..rules import bus_factor_expr
 from ..timeline import union
 from .flat import FlatAxis
 

@@ -26,9 +26,9 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from ..crossrank.collectives import bus_factor_expr
 from ..crossrank.groups import family  # a communicator's dimension is named in the cross-rank stage
 from ..model import InspectorLog
+from ..rules import bus_factor_expr
 
 SLOW_LINK_RATIO = 0.7
 MIN_Z = 3.5

@@ -30,9 +30,9 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from ..crossrank.collectives import bus_factor_expr
 from ..crossrank.graph import Graph
 from ..errors import UsageError
+from ..rules import bus_factor_expr
 from . import counterfactual, replay
 from .expert_balance import expert_changes
 

@@ -11,20 +11,8 @@ from __future__ import annotations
 import polars as pl
 
 from ..model import COLLECTIVE_SCHEMA, ProcessGroup, conform
-from ..rules import BUS_FACTOR_ONCE, BUS_FACTOR_TWICE, DIRECTED_P2P_OPS
+from ..rules import DIRECTED_P2P_OPS
 from ..timeline import launches, op_from_kernel_name
-
-
-# nccl-tests bus-bandwidth factors (the table is rules.BUS_FACTOR_*): busbw = algbw * factor(op, n)
-def bus_factor_expr(op: pl.Expr, n: pl.Expr) -> pl.Expr:
-    nf = n.cast(pl.Float64)
-    return (
-        pl.when(op.is_in(BUS_FACTOR_TWICE))
-        .then(2.0 * (nf - 1) / nf)
-        .when(op.is_in(BUS_FACTOR_ONCE))
-        .then((nf - 1) / nf)
-        .otherwise(1.0)
-    )
 
 
 def build_table(
