@@ -6,7 +6,7 @@ measured run to its ideal, in commscope's model (:func:`ideal`) and in the publi
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import polars as pl
@@ -61,6 +61,27 @@ class Ideal:
     dgap: np.ndarray
     dtr: np.ndarray
     gap: np.ndarray  # measured gaps (the no-host mode removes them)
+    token: int = field(default_factory=lambda: next(replay.TOKENS), compare=False)  # names it in scenario keys
+
+    def whole(self, host: bool = True) -> replay.Keyed:
+        """The ideal run (``host`` False: every host gap removed as well)."""
+        return replay.Keyed(lambda m, i: self.fill(m, i, host=host), ("ideal", self.token, host))
+
+    def put_back(self, nodes: np.ndarray, insts: np.ndarray | None = None, host: bool = True) -> replay.Keyed:
+        """The ideal run with ``nodes`` (and ``insts``' transfers) as measured: the ideal run itself where they
+        are ideal already (written as the same bits: x − x = +0.0 and 0.0 + x where x is ±0.0)."""
+        same = not (self.ddur[nodes].any() or (host and self.dgap[nodes].any())
+                    or (insts is not None and self.dtr[insts].any()))
+        key = ("ideal", self.token, host) if same else \
+            ("put_back", self.token, host, replay.digest(nodes), replay.digest(insts))
+        return replay.Keyed(lambda m, i: self.fill(m, i, nodes, insts, keep=True, host=host), key)
+
+    def remove(self, nodes: np.ndarray, host: bool = True) -> replay.Keyed:
+        """The measured run with ``nodes`` made ideal: the measured run itself (with host gaps) where they are
+        ideal already."""
+        same = host and not (self.ddur[nodes].any() or self.dgap[nodes].any())
+        key = ("measured",) if same else ("remove", self.token, host, replay.digest(nodes))
+        return replay.Keyed(lambda m, i: self.fill(m, i, nodes, host=host), key)
 
     def fill(self, m: replay.Mods, i: int, nodes: np.ndarray | None = None, insts: np.ndarray | None = None,
              keep: bool = False, host: bool = True) -> None:

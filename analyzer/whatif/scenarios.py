@@ -95,9 +95,11 @@ def analyze(g: Graph, steps: pl.DataFrame, straggler: tuple[int, str] | None = N
     nodes = g.nodes.select("node", "rank", "kind", pl.col("name").cast(pl.Categorical).to_physical(), "step",
                            "occurrence", "dur_ns", "gap_ns", "inst", "pg")
     rank_arr = nodes["rank"].to_numpy()
-    named: list[tuple[str, Callable[[replay.Mods, int], None]]] = [("replay", lambda m, i: None)]
+    # (keyed where the counterfactual replays the same changes: replayed once, see replay.Keyed)
+    named: list[tuple[str, Callable[[replay.Mods, int], None]]] = [
+        ("replay", replay.Keyed(lambda m, i: None, ("measured",)))]
     if straggler is not None and ideal is not None:
-        named.append(("no_straggler", lambda m, i: ideal.fill(m, i, np.flatnonzero(rank_arr == straggler[0]))))
+        named.append(("no_straggler", ideal.remove(np.flatnonzero(rank_arr == straggler[0]))))
     elif straggler is not None:
         named.append(("no_straggler", lambda m, i: _no_straggler(m, i, nodes, *straggler, peers)))
     balanced = expert_changes(nodes, g.instances, experts)
@@ -113,11 +115,11 @@ def analyze(g: Graph, steps: pl.DataFrame, straggler: tuple[int, str] | None = N
     for op, gbps in (busbw or {}).items():
         named.append((f"busbw:{op}={gbps:g}", lambda m, i, op=op, gbps=gbps: _busbw(m, i, g.instances, op, gbps)))
     if ideal is not None:
-        named.append(("ideal", lambda m, i: ideal.fill(m, i)))
+        named.append(("ideal", ideal.whole()))
         cands = _candidates(_Ideal(nodes["node"].to_numpy(), rank_arr, ideal.ddur, ideal.dgap,
                                    g.instances["inst"].to_numpy(), ideal.dtr), max_ranks)
         for r in cands:
-            named.append((f"rank:{r}", lambda m, i, r=r: ideal.fill(m, i, np.flatnonzero(rank_arr == r))))
+            named.append((f"rank:{r}", ideal.remove(np.flatnonzero(rank_arr == r))))
     else:  # (their own statistics only without the counterfactual's ideal: 1.4 s on the 484 MB Nsight export)
         ideal_old = _ideal_stats(nodes, g.instances)
         named.append(("ideal", lambda m, i: _ideal(m, i, ideal_old, None)))
