@@ -140,9 +140,11 @@ def analyze(g: Graph, steps: pl.DataFrame, rl: Roles, dims: dict[str, str] | Non
             prepared: tuple[replay.Arrays, replay.Schedule, replay.Segments] | None = None,
             study: bool = False) -> Counterfactual | None:
     """S, its attribution, M_W, M_S and the roots. None when the graph has nothing to replay. ``study``: the
-    published study's model (:func:`ideal_study`; host gaps removed in every run, the measured one too)."""
+    published study's model (:func:`ideal_study`; host gaps removed in every run, the measured one too).
+    ``dims``: process group -> dimension (by default the graph's, ``Graph.pg_dimensions``)."""
     if g.n_nodes == 0:
         return None
+    dims = g.pg_dimensions if dims is None else dims
     if study:
         g, prepared = steps_apart(declared(g)), None
     arr, sch, seg = prepared or (replay.Arrays.of(g, eager=not study), None, replay.segments(g, steps))

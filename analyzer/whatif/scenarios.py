@@ -85,7 +85,9 @@ def analyze(g: Graph, steps: pl.DataFrame, straggler: tuple[int, str] | None = N
     straggler's ranks of the same role (none: every other rank); ``experts``: metrics.experts.balance (adds
     ``balanced_experts`` when the ranks' received tokens differ). ``ideal``: the counterfactual's ideal run;
     with it ``ideal``, ``no_straggler`` and the per-rank scenarios make operations ideal that way (so no
-    scenario is faster than the ideal run and no saving is negative)."""
+    scenario is faster than the ideal run and no saving is negative). ``dims``: process group -> dimension (by
+    default the graph's, ``Graph.pg_dimensions``)."""
+    dims = g.pg_dimensions if dims is None else dims
     got = prepared or prepare(g, steps)
     if got is None:
         return None
