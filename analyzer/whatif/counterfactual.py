@@ -37,7 +37,6 @@ Computed on the one dependency graph with its replay (replay.py), as in the What
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -141,9 +140,11 @@ def analyze(g: Graph, steps: pl.DataFrame, rl: Roles, dims: dict[str, str] | Non
             prepared: tuple[replay.Arrays, replay.Schedule, replay.Segments] | None = None,
             study: bool = False) -> Counterfactual | None:
     """S, its attribution, M_W, M_S and the roots. None when the graph has nothing to replay. ``study``: the
-    published study's model (:func:`ideal_study`; host gaps removed in every run, the measured one too)."""
+    published study's model (:func:`ideal_study`; host gaps removed in every run, the measured one too).
+    ``dims``: process group -> dimension (by default the graph's, ``Graph.pg_dimensions``)."""
     if g.n_nodes == 0:
         return None
+    dims = g.pg_dimensions if dims is None else dims
     if study:
         g, prepared = steps_apart(declared(g)), None
     arr, sch, seg = prepared or (replay.Arrays.of(g, eager=not study), None, replay.segments(g, steps))
@@ -157,11 +158,12 @@ def analyze(g: Graph, steps: pl.DataFrame, rl: Roles, dims: dict[str, str] | Non
     excess = -(idl.ddur + idl.dgap)
 
     # scenario rows: (axis, key, fill)
+    no_host = replay.Keyed(lambda m, i: m.dgap.__setitem__(i, -idl.gap), ("no_host", idl.token))
     rows: list[tuple[str, object, object]] = [
-        ("", "replay", (lambda m, i: None) if host else (lambda m, i: m.dgap.__setitem__(i, -idl.gap))),
-        ("", "ideal", lambda m, i: idl.fill(m, i, host=host)),
-        ("", "replay_no_host", lambda m, i: m.dgap.__setitem__(i, -idl.gap)),
-        ("", "ideal_no_host", lambda m, i: idl.fill(m, i, host=False)),
+        ("", "replay", replay.Keyed(lambda m, i: None, ("measured",)) if host else no_host),
+        ("", "ideal", idl.whole(host)),
+        ("", "replay_no_host", no_host),
+        ("", "ideal_no_host", idl.whole(False)),
     ]
     node_step = g.nodes["step"].fill_null(-1).to_numpy()
     # only groups whose put-back can matter are replayed (each is a replay of the whole job)
@@ -267,7 +269,7 @@ def analyze(g: Graph, steps: pl.DataFrame, rl: Roles, dims: dict[str, str] | Non
                                         m.dgap.__setitem__((i, s), idl.dgap[s])))
         extra.append(lambda m, i, s=s: (idl.fill(m, i, s, keep=True, host=host),
                                         m.ddur.__setitem__((i, s), idl.ddur[s])))
-        extra.append(lambda m, i, s=s: idl.fill(m, i, s, host=host))
+        extra.append(_remove(idl, host, s))
     workers = tuple(int(k) for k in attribution["by_rank"]["key"].to_list()[:max(1, math.ceil(WORKER_SHARE * len(
         set(rank.tolist()))))])
     for k in range(2, len(cands) + 1):  # the first k candidates made ideal together
@@ -318,15 +320,14 @@ def _where(s: pl.Series, value: str) -> np.ndarray:
     return np.flatnonzero((s == value).fill_null(False).to_numpy())
 
 
-def _put_back(idl: Ideal, host: bool, nodes: np.ndarray, insts: np.ndarray | None = None
-              ) -> Callable[[replay.Mods, int], None]:
+def _put_back(idl: Ideal, host: bool, nodes: np.ndarray, insts: np.ndarray | None = None) -> replay.Keyed:
     """The ideal run with ``nodes`` (and ``insts``' transfers) as measured."""
-    return lambda m, i: idl.fill(m, i, nodes, insts, keep=True, host=host)
+    return idl.put_back(nodes, insts, host)
 
 
-def _remove(idl: Ideal, host: bool, nodes: np.ndarray) -> Callable[[replay.Mods, int], None]:
+def _remove(idl: Ideal, host: bool, nodes: np.ndarray) -> replay.Keyed:
     """The measured run with ``nodes`` made ideal."""
-    return lambda m, i: idl.fill(m, i, nodes, host=host)
+    return idl.remove(nodes, host)
 
 
 def deciding(c: Counterfactual) -> Counterfactual:

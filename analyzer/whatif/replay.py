@@ -32,8 +32,10 @@ scenario at a time), with the same bits as the numpy form here.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+import hashlib
+import itertools
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
 from types import ModuleType
 
 import numpy as np
@@ -85,6 +87,8 @@ class Schedule:
     x_slack: np.ndarray
     xg_off: np.ndarray  # (waves+1) slice of ops with dependencies
     xg_first: np.ndarray  # each such op's first dependency, relative to its wave's first
+    # spans already replayed on this schedule, by (segments' token, scenario key): see Keyed
+    memo: dict = field(default_factory=dict, compare=False, repr=False)
 
 
 @dataclass
@@ -495,6 +499,30 @@ def _compiled_args(a: Arrays, sch: Schedule, mods: Mods) -> tuple:
             sch.x_e, sch.e_inst, sch.e_pos)
 
 
+TOKENS = itertools.count()  # never reused (an id() is, once its object is gone)
+
+
+@dataclass(frozen=True)
+class Keyed:
+    """A scenario's ``fill`` with a key naming the changes it writes: two fills with one key write the same bits,
+    so :func:`batched` replays one of them, once per schedule (the counterfactual's measured and ideal runs and
+    its per-rank fixes are the scenarios' too; a put-back that changes nothing is the ideal run)."""
+
+    fill: Callable[[Mods, int], None]
+    key: Hashable
+
+    def __call__(self, m: Mods, i: int) -> None:
+        self.fill(m, i)
+
+
+def digest(a: np.ndarray | None) -> bytes | None:
+    """A set of node (or instance) positions as a key (None stays None)."""
+    if a is None:
+        return None
+    a = np.ascontiguousarray(a)
+    return hashlib.blake2b(a.dtype.str.encode() + a.tobytes(), digest_size=16).digest()
+
+
 @dataclass(frozen=True)
 class Segments:
     """Nodes grouped by (rank, step) window, for step times."""
@@ -505,6 +533,7 @@ class Segments:
     rel_end: np.ndarray  # each grouped node's end − its segment's first start
     table: pl.DataFrame  # rank, step, span_ns (window), first_ns (min start), last_ns (max end)
     next_seg: np.ndarray  # the rank's next segment when this window ends where it starts (tiled), else -1
+    token: int = field(default_factory=lambda: next(TOKENS), compare=False)  # names these windows in memos
 
 
 def segments(g: Graph, steps: pl.DataFrame) -> Segments:
@@ -564,14 +593,21 @@ def batched(a: Arrays, sch: Schedule, seg: Segments, fill: list[Callable[[Mods, 
     writes scenario i's changes. Scenarios run in batches that keep the (scenarios x nodes) arrays within
     ``CELLS``."""
     n = a.rank.size
+    # a keyed scenario (Keyed) already replayed on this schedule and windows, or twice in ``fill``, runs once
+    keys = [(seg.token, f.key) if measure is None and isinstance(f, Keyed) else None for f in fill]
+    todo = [i for i, k in enumerate(keys) if k is None or (k not in sch.memo and keys.index(k) == i)]
     # numba's replay (spans) takes a scenario at a time: small batches cost it nothing and keep memory down
     cells = CELLS_COMPILED if measure is None and sch.n_waves >= COMPILED_WAVES else CELLS
-    batch = max(1, min(len(fill), cells // max(n, 1)))
-    out: list[np.ndarray] = []
-    for lo in range(0, len(fill), batch):
-        part = fill[lo:lo + batch]
+    batch = max(1, min(len(todo), cells // max(n, 1)))
+    got: dict[int, np.ndarray] = {}
+    for lo in range(0, len(todo), batch):
+        part = todo[lo:lo + batch]
         mods = Mods.zeros(len(part), n, a.n_graph_instances)
-        for i, f in enumerate(part):
-            f(mods, i)
-        out.extend(spans(a, sch, seg, mods) if measure is None else measure(*run(a, sch, mods)))
-    return out
+        for i, j in enumerate(part):
+            fill[j](mods, i)
+        for j, r in zip(part, spans(a, sch, seg, mods) if measure is None else measure(*run(a, sch, mods))):
+            got[j] = r
+            if keys[j] is not None:
+                r.flags.writeable = False  # shared by every scenario with its key
+                sch.memo[keys[j]] = r
+    return [got[i] if i in got else sch.memo[k] for i, k in enumerate(keys)]
