@@ -215,7 +215,7 @@ def load(paths: list[Path], options: LoadOptions | None = None) -> TraceSet:
 
 def _derived_key(files: list[TraceFile], options: LoadOptions) -> str | None:
     """The key of the job's cached derived tables (``derived.py``); None without the cache."""
-    if not options.cache:
+    if not options.cache or any(f.format in UNCACHED for f in files):  # op tables are never cached, nor what they derive
         return None
     from . import derived
     from .cache import cache_key
