@@ -158,6 +158,22 @@ def spans(ddur: np.ndarray, dgap: np.ndarray, dtr: np.ndarray, hide: np.ndarray,
     return out
 
 
+@njit(inline="always")
+def _release(rel: np.ndarray, nr: int, s_ptr: np.ndarray, s_vals: np.ndarray, indeg: np.ndarray,
+             fr: np.ndarray) -> int:  # pragma: no cover
+    """The successors of the ``nr`` released events whose last predecessor this was, into ``fr``; their count."""
+    nf = 0
+    for t in range(nr):
+        e = rel[t]
+        for p in range(s_ptr[e], s_ptr[e + 1]):
+            v = s_vals[p]
+            indeg[v] -= 1
+            if indeg[v] == 0:
+                fr[nf] = v
+                nf += 1
+    return nf
+
+
 @njit(cache=True, nogil=True)
 def levels(indeg: np.ndarray, s_ptr: np.ndarray, s_vals: np.ndarray, e_ptr: np.ndarray, e_vals: np.ndarray,
            arr_inst: np.ndarray, arr_also: np.ndarray, need: np.ndarray, own_start: np.ndarray, end_rank: np.ndarray,
@@ -208,15 +224,7 @@ def levels(indeg: np.ndarray, s_ptr: np.ndarray, s_vals: np.ndarray, e_ptr: np.n
                             rel[nr] = e
                             nr += 1
             k += 1
-            nf = 0
-            for t in range(nr):
-                e = rel[t]
-                for p in range(s_ptr[e], s_ptr[e + 1]):
-                    v = s_vals[p]
-                    indeg[v] -= 1
-                    if indeg[v] == 0:
-                        fr[nf] = v
-                        nf += 1
+            nf = _release(rel, nr, s_ptr, s_vals, indeg, fr)
         if (lev >= 0).all():
             break
         # inconsistent matching (crossing orders): release each rank's earliest blocked end (by end time, then
@@ -241,13 +249,5 @@ def levels(indeg: np.ndarray, s_ptr: np.ndarray, s_vals: np.ndarray, e_ptr: np.n
                 nr += 1
         forced += nr
         k += 1
-        nf = 0
-        for t in range(nr):
-            e = rel[t]
-            for p in range(s_ptr[e], s_ptr[e + 1]):
-                v = s_vals[p]
-                indeg[v] -= 1
-                if indeg[v] == 0:
-                    fr[nf] = v
-                    nf += 1
+        nf = _release(rel, nr, s_ptr, s_vals, indeg, fr)
     return forced
