@@ -139,7 +139,8 @@ def create_app(target: str, open_run: OpenRun | None = None) -> dash.Dash:
         html.Div(id="run-details", children=details(target, None)),
     ], style={"fontFamily": "system-ui, sans-serif", "margin": "1.5rem"})
 
-    @app.callback(Output("history-graph", "figure"), Input("history-metric", "value"))
+    # the layout already holds the first metric's figure: no redraw on load (it would race a first click)
+    @app.callback(Output("history-graph", "figure"), Input("history-metric", "value"), prevent_initial_call=True)
     def _metric(value: object) -> go.Figure:
         return metric_figure(target, value)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -34,6 +35,23 @@ DRAWN_JS = """() => { const gd = document.querySelector('#history-graph .js-plot
   return !!(gd && gd.data && gd.data.length && gd._fullLayout && gd._fullLayout.xaxis); }"""
 
 
+def settled_point(page, i: int, timeout_s: float = 60.0) -> tuple[float, float]:
+    """The point's pixel position once the page stops moving. Dash loads the dropdown's code after the graph's,
+    so on a slow machine the graph is drawn first and then pushed down (34 px here): a click at the position
+    read right after the first draw lands beside the point, and no run is ever selected."""
+    deadline = time.monotonic() + timeout_s
+    last, same = None, 0
+    while time.monotonic() < deadline:
+        pos = tuple(page.evaluate(POINT_JS, i))
+        loading = page.evaluate("() => document.querySelectorAll('[data-dash-is-loading]').length")
+        same = same + 1 if pos == last and not loading else 0
+        if same >= 3:
+            return pos
+        last = pos
+        page.wait_for_timeout(250)
+    raise AssertionError(f"the history plot kept moving for {timeout_s} s (last point at {last})")
+
+
 @pytest.fixture(scope="module")
 def page_url(tmp_path_factory) -> Iterator[str]:
     if not Path(CHROMIUM).exists():
@@ -58,7 +76,7 @@ def test_click_on_a_run_opens_its_analysis(page_url):
         page.on("pageerror", lambda e: errors.append(str(e)))
         page.goto(page_url)
         page.wait_for_function(DRAWN_JS, timeout=60_000)
-        x, y = page.evaluate(POINT_JS, 1)
+        x, y = settled_point(page, 1)
         page.mouse.move(x, y)
         page.mouse.click(x, y)
         page.wait_for_selector("#run-summary", timeout=30_000)
