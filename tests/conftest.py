@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -19,7 +20,13 @@ SHARED = ROOT.parent / "shared" / "traces"
 
 # tests never touch the user's cache directory; set at import so module-scoped fixtures and CLI
 # subprocesses see it too
-os.environ["COMMSCOPE_CACHE_DIR"] = tempfile.mkdtemp(prefix="commscope-test-cache-")
+_CACHE_DIR = tempfile.mkdtemp(prefix="commscope-test-cache-")
+os.environ["COMMSCOPE_CACHE_DIR"] = _CACHE_DIR
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    # each session's cache went unremoved: 561 of them (14 GB with the rest of /tmp) piled up on one machine
+    shutil.rmtree(_CACHE_DIR, ignore_errors=True)
 
 
 def shared(*parts: str) -> Path:
