@@ -8,6 +8,7 @@ from functools import partial
 
 import polars as pl
 
+from . import analysis_cache
 from .crossrank import align, graph, match, step_sync
 from .crossrank import groups as pgroups
 from .metrics import blame, critical_path, dimensions, experts, inspector_folded, overlap, pipeline, stragglers, waits
@@ -48,10 +49,43 @@ class Analysis:
     rank_meta: tuple[RankMeta, ...] = ()  # per rank: source file, host, devices, process groups (presenters' names)
 
 
+# what an analysis takes from its TraceSet as it is, not from the cache (analysis_cache.py)
+_FROM_TRACES = ("source", "traces", "rank_meta")
+
+
 def analyze(ts: TraceSet, dims: pgroups.Options | None = None, busbw: dict[str, float] | None = None
             ) -> Analysis:
     """``dims``: how to name parallelism dimensions (--layout, --gpus-per-host); ``busbw``: what-if bus-bandwidth
-    targets {op: GB/s}."""
+    targets {op: GB/s}. A job loaded through the cache keeps its analysis there (``analysis_cache``): the same
+    traces and options are analyzed once."""
+    dims = dims or pgroups.Options()
+    k = analysis_cache.key(ts, [repr(dims), sorted((busbw or {}).items())])
+    kept = analysis_cache.load(k, ts) if k is not None else None
+    if kept is not None:
+        try:
+            return Analysis(**{**kept, "warnings": (*ts.warnings, *kept["warnings"])}, source=_source(ts),
+                            traces=ts, rank_meta=tuple(ts.ranks))
+        except (TypeError, KeyError):  # an entry of another shape: analyzed again
+            pass
+    a = _analyze(ts, dims, busbw)
+    if k is not None and a.warnings[:len(ts.warnings)] == ts.warnings:
+        fields = {f.name: getattr(a, f.name) for f in dataclasses.fields(a) if f.name not in _FROM_TRACES}
+        analysis_cache.store(k, {**fields, "warnings": a.warnings[len(ts.warnings):]}, ts)
+    return a
+
+
+def _source(ts: TraceSet) -> dict:
+    return {
+        "paths": [m.source for m in ts.ranks],
+        "format": ts.format,
+        "ranks": ts.rank_ids,
+        "world_size": len(ts.ranks),  # what was analyzed; what the traces declare is beside it
+        "declared_world_size": ts.world_size,
+        "skipped": [{"path": s.path, "reason": s.reason} for s in ts.skipped],
+    }
+
+
+def _analyze(ts: TraceSet, dims: pgroups.Options | None, busbw: dict[str, float] | None) -> Analysis:
     ranks = ts.rank_ids
     warnings = list(ts.warnings)
     covs = overlap.coverages(ts.gpu)
@@ -162,14 +196,7 @@ def analyze(ts: TraceSet, dims: pgroups.Options | None = None, busbw: dict[str, 
     if ts.collectives.height and coll_df["bytes"].null_count() == coll_df.height and coll_df.height:
         warnings.append("no message sizes in the traces: bandwidth is null")
 
-    source = {
-        "paths": [m.source for m in ts.ranks],
-        "format": ts.format,
-        "ranks": ranks,
-        "world_size": len(ranks),  # what was analyzed; what the traces declare is beside it
-        "declared_world_size": ts.world_size,
-        "skipped": [{"path": s.path, "reason": s.reason} for s in ts.skipped],
-    }
+    source = _source(ts)
     matching = {
         "instances": itable.height,
         "matched_kernels": matched.height,

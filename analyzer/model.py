@@ -225,6 +225,7 @@ class TraceSet:
     skipped: tuple[Skipped, ...] = ()
     warnings: tuple[str, ...] = field(default_factory=tuple)
     inspector: InspectorLog | None = None  # NCCL Inspector input only
+    job_key: str | None = None  # the job's entry in the cache (ingest/derived.py); None when not cached
 
     @property
     def rank_ids(self) -> list[int]:

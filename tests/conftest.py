@@ -18,15 +18,22 @@ SAMPLES = ROOT / "sample_traces"
 SHARED = ROOT.parent / "shared" / "traces"
 
 
-# tests never touch the user's cache directory; set at import so module-scoped fixtures and CLI
-# subprocesses see it too
-_CACHE_DIR = tempfile.mkdtemp(prefix="commscope-test-cache-")
-os.environ["COMMSCOPE_CACHE_DIR"] = _CACHE_DIR
+_CACHE_DIRS: list[str] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # tests never touch the user's cache directory, and each session starts with an empty one: set before
+    # collection so module-scoped fixtures and CLI subprocesses see it too. Per session, not per import: a
+    # mutation run (benchmarks/mutation.py) runs a session per mutant in one source tree, and a cache kept
+    # across mutants would hand one mutant's tables and analysis to the next (their code hash is the same)
+    _CACHE_DIRS.append(tempfile.mkdtemp(prefix="commscope-test-cache-"))
+    os.environ["COMMSCOPE_CACHE_DIR"] = _CACHE_DIRS[-1]
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     # each session's cache went unremoved: 561 of them (14 GB with the rest of /tmp) piled up on one machine
-    shutil.rmtree(_CACHE_DIR, ignore_errors=True)
+    while _CACHE_DIRS:
+        shutil.rmtree(_CACHE_DIRS.pop(), ignore_errors=True)
 
 
 def shared(*parts: str) -> Path:

@@ -32,7 +32,7 @@ LAYERS: tuple[tuple[str, int], ...] = (
     ("analyzer.crossrank", 2),
     ("analyzer.metrics", 3),
     ("analyzer.whatif", 4),
-    ("analyzer.analysis", 5), ("analyzer.hang_analysis", 5), ("analyzer.units", 5),
+    ("analyzer.analysis", 5), ("analyzer.analysis_cache", 5), ("analyzer.hang_analysis", 5), ("analyzer.units", 5),
     ("analyzer.history", 6), ("analyzer.compare", 6), ("analyzer.compare_gate", 6),
     ("analyzer.views", 7),
     ("analyzer.report", 8), ("analyzer.export", 8), ("dashboards", 8),

@@ -385,6 +385,7 @@ def assemble(traces: list[RankTrace], skipped: list[Skipped], warnings: list[str
             return TraceSet(
                 ranks=tuple(t.meta for t in traces), gpu=gpu if hit.gpu is None else hit.gpu, cpu=cpu,
                 collectives=hit.collectives, steps=hit.steps, skipped=tuple(skipped), warnings=tuple(warnings),
+                job_key=derived_key,
             )
     said = len(warnings)
     raw = gpu
@@ -422,7 +423,7 @@ def assemble(traces: list[RankTrace], skipped: list[Skipped], warnings: list[str
         derived.store(derived_key, derived.Derived(None if same else gpu, steps, table, warnings[said:]))
     return TraceSet(
         ranks=tuple(t.meta for t in traces), gpu=gpu, cpu=cpu, collectives=table, steps=steps,
-        skipped=tuple(skipped), warnings=tuple(warnings),
+        skipped=tuple(skipped), warnings=tuple(warnings), job_key=derived_key,
     )
 
 
