@@ -5,13 +5,17 @@ real set is identical before and after the move"). A set is a folder of ``rank<N
 Nsight export, a single-rank Kineto file or an op table; ``sample_traces/`` and ``../shared/traces``
 are walked.
 
-    python benchmarks/json_snapshot.py write OUT_DIR
+    python benchmarks/json_snapshot.py write OUT_DIR [CACHE_DIR]
     python benchmarks/json_snapshot.py diff BEFORE_DIR AFTER_DIR
+
+With CACHE_DIR the reports go through that cache (the first write fills it, a second write reads every
+set's tables and analysis back: ``analyzer/analysis_cache.py``); without, ``--no-cache``.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -44,12 +48,14 @@ def trace_sets() -> list[tuple[str, list[Path]]]:
     return out
 
 
-def write(out: Path) -> None:
+def write(out: Path, cache: Path | None = None) -> None:
     out.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "COMMSCOPE_CACHE_DIR": str(cache)} if cache else None
     for name, paths in trace_sets():
         target = out / (name.replace("/", "__") + ".json")
-        r = subprocess.run([sys.executable, "-m", "analyzer.cli", "analyze", "--format", "json", "--no-cache",
-                            "-o", str(target), *map(str, paths)], cwd=ROOT, capture_output=True, text=True)
+        r = subprocess.run([sys.executable, "-m", "analyzer.cli", "analyze", "--format", "json",
+                            *([] if cache else ["--no-cache"]), "-o", str(target), *map(str, paths)], cwd=ROOT,
+                           capture_output=True, text=True, env=env)
         if r.returncode:
             target.with_suffix(".err").write_text(f"rc={r.returncode}\n{r.stdout}{r.stderr.strip()[-400:]}\n")
         print(f"{r.returncode} {name}", flush=True)
@@ -108,7 +114,7 @@ def diff(before: Path, after: Path) -> int:
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["write"]:
-        write(Path(sys.argv[2]))
+        write(Path(sys.argv[2]), Path(sys.argv[3]) if len(sys.argv) > 3 else None)
     elif sys.argv[1:2] == ["diff"]:
         sys.exit(diff(Path(sys.argv[2]), Path(sys.argv[3])))
     else:

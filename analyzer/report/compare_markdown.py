@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..compare import Comparison, Delta
 from .compare_text import change, confidence, label, run_line, status, straggler_lines, summary, value
-from .markdown import table
+from .md import table
 
 
 def _rows(deltas: tuple[Delta, ...]) -> list[list[str]]:

@@ -71,7 +71,7 @@ def _plain_table(cols: tuple[str, ...], rows: list[list[str]]) -> list[str]:
 
 
 def markdown(a: HangAnalysis) -> str:
-    from .markdown import cell, table
+    from .md import cell, table
 
     src = a.source
     lines = [f"## commscope: flight recorder, {len(src['ranks'])} dump(s) of {src['world_size']} ranks", ""]

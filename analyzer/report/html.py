@@ -12,7 +12,8 @@ from ..views.selection import command_line
 from ..views.units import ms_tables
 from ..views.verdict import headline
 from ..views.whatif import sentence as whatif_sentence
-from .markdown import COLLECTIVE_COLUMNS, RANK_COLUMNS, TOP_COLLECTIVES, cell
+from .markdown import COLLECTIVE_COLUMNS, RANK_COLUMNS, TOP_COLLECTIVES
+from .md import cell
 
 STYLE = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2rem; color: #222; }

@@ -9,6 +9,7 @@ from ..views.inspector import tables as inspector_tables
 from ..views.units import ms_tables
 from ..views.verdict import headline
 from ..views.whatif import sentence as whatif_sentence
+from .md import cell, table
 
 # (ranks column, header): the key numbers a reviewer needs, in the text report's order
 RANK_COLUMNS = (
@@ -23,25 +24,6 @@ COLLECTIVE_COLUMNS = (
     ("last_rank", "last rank", 0), ("busbw_gbps", "busbw GB/s", 2),
 )
 TOP_COLLECTIVES = 10
-
-
-def cell(x: object, digits: int = 1) -> str:
-    """One table cell: numbers with thousands separators, missing as an en dash, pipes escaped."""
-    if x is None:
-        return "–"
-    if isinstance(x, bool):
-        return "yes" if x else "no"
-    if isinstance(x, float):
-        return f"{x:,.{digits}f}"
-    if isinstance(x, list):
-        return ",".join(str(v) for v in x)
-    return str(x).replace("|", "\\|")
-
-
-def table(headers: list[str], rows: list[list[str]]) -> list[str]:
-    out = ["| " + " | ".join(headers) + " |", "|" + "|".join("---:" for _ in headers) + "|"]
-    out += ["| " + " | ".join(r) + " |" for r in rows]
-    return out
 
 
 def render(a: Analysis) -> str:

@@ -13,7 +13,6 @@ from rich.table import Table
 from ..analysis import Analysis
 from ..rules import NS_PER_US, size_text
 from ..views.dimensions import summary as dim_summary
-from ..views.inspector import cell as inspector_cell
 from ..views.inspector import tables as inspector_tables
 from ..views.units import ms_frame, ms_tables
 from ..views.verdict import headline
@@ -128,7 +127,7 @@ def render(a: Analysis, width: int | None = None, color: bool = False, show_step
         for _, label, _ in cols:
             it.add_column(label, justify="right")
         for r in rows:
-            it.add_row(*[inspector_cell(r.get(k), d) for k, _, d in cols])
+            it.add_row(*[_plain_cell(r.get(k), d) for k, _, d in cols])
         tcon.print(it)
     fit = a.clock
     con.print()
@@ -166,3 +165,14 @@ def _table(title: str, cols: list[tuple[str, str]], rows: list[dict]) -> Table:
 
 def _ranks_text(ranks: list[int]) -> str:
     return ",".join(map(str, ranks[:6])) + (f",... ({len(ranks)})" if len(ranks) > 6 else "")
+
+
+def _plain_cell(x: object, digits: int) -> str:
+    """A plain-text table cell (the Markdown one is ``md.cell``: an en dash for missing, pipes escaped)."""
+    if x is None:
+        return "-"
+    if isinstance(x, bool):
+        return "yes" if x else "no"
+    if isinstance(x, float):
+        return f"{x:,.{digits}f}"
+    return str(x)

@@ -6,16 +6,7 @@ import statistics
 
 from ..history.trend import Series, Trend, worse
 from ..views.units import num
-
-
-def cell(x: object) -> str:
-    """A Markdown table cell (report.markdown's rule, without importing the analysis presenters)."""
-    return "–" if x is None else str(x).replace("|", "\\|")
-
-
-def table(headers: list[str], rows: list[list[str]]) -> list[str]:
-    return ["| " + " | ".join(headers) + " |", "|" + "|".join("---:" for _ in headers) + "|",
-            *["| " + " | ".join(r) + " |" for r in rows]]
+from .md import cell, table
 
 
 def _pct(x: float | None) -> str:

@@ -83,13 +83,3 @@ def tables(a: Analysis) -> list[tuple[str, tuple, list[dict]]]:
         out.append(("NCCL Inspector: instances with the largest arrival gap (coll_exec_time_us spread)",
                     OUTLIER_COLUMNS, rows))
     return out
-
-
-def cell(x: object, digits: int) -> str:
-    if x is None:
-        return "-"
-    if isinstance(x, bool):
-        return "yes" if x else "no"
-    if isinstance(x, float):
-        return f"{x:,.{digits}f}"
-    return str(x)
