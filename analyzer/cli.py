@@ -174,6 +174,8 @@ def analyze(paths: tuple[Path, ...], fmt: str, output: Path | None, show_steps: 
     """Analyze traces (files or folders of ranks): overlap, exposed communication, waits, stragglers."""
 
     def run() -> None:
+        if not scheduler:  # first: the server's imports then overlap the hang check's and ours (polars, numpy)
+            start_workers(paths, jobs, not no_cache)
         if hang := hang_triage(paths, rank_map, layout, layout_order, gpus_per_host):
             from .errors import UsageError
             from .report import render
@@ -184,8 +186,6 @@ def analyze(paths: tuple[Path, ...], fmt: str, output: Path | None, show_steps: 
                 raise UsageError(f"{', '.join(unused)}: profiler-trace options; Flight Recorder dumps get the "
                                  "whole hang triage (drop them)")
             return _emit(render(hang, fmt), output)
-        if not scheduler:
-            start_workers(paths, jobs, not no_cache)
         from .analysis import analyze as run_analysis
         from .ingest.loader import load
         from .report import render
