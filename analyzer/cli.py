@@ -70,8 +70,11 @@ def start_workers(paths: tuple[Path, ...] | list[Path], jobs: int | None, cache:
 
             if seen(paths):
                 return
-        from .ingest.workers import prestart
+        from .ingest.workers import POOL_BREAK_EVEN_BYTES, input_bytes, pool_pays, prestart
 
+        cores = os.cpu_count() or 1
+        if jobs is None and not pool_pays(input_bytes(paths, 2 * POOL_BREAK_EVEN_BYTES), cores):
+            return  # small inputs are parsed in this process (ingest/loader.py _read_all)
         prestart()
 
 
