@@ -70,10 +70,9 @@ def start_workers(paths: tuple[Path, ...] | list[Path], jobs: int | None, cache:
 
             if seen(paths):
                 return
-        from .ingest.workers import POOL_BREAK_EVEN_BYTES, input_bytes, pool_pays, prestart
+        from .ingest.workers import pool_pays_for, prestart
 
-        cores = os.cpu_count() or 1
-        if jobs is None and not pool_pays(input_bytes(paths, 2 * POOL_BREAK_EVEN_BYTES), cores):
+        if jobs is None and not pool_pays_for(paths, os.cpu_count() or 1):
             return  # small inputs are parsed in this process (ingest/loader.py _read_all)
         prestart()
 

@@ -126,13 +126,11 @@ def test_small_inputs_parse_in_process_by_default(traces: Path, tmp_path: Path) 
     """Below the pool's break-even the default (all cores) parses here; --jobs N still gets N workers."""
     from analyzer.ingest import loader
     from analyzer.ingest.discover import discover
-    from analyzer.ingest.workers import POOL_BREAK_EVEN_BYTES, input_bytes, pool_pays
+    from analyzer.ingest.workers import POOL_BREAK_EVEN_BYTES, pool_pays, pool_pays_for
 
     files = discover([traces])
     todo = list(range(len(files)))
-    size = sum(f.path.stat().st_size for f in files)
-    assert input_bytes([traces], 1 << 40) == size
-    assert input_bytes([traces], 0) in {f.path.stat().st_size for f in files}  # stops once past what was asked
+    assert not pool_pays_for([traces], 2) and not pool_pays_for([traces], 64)
     assert not loader._pool(files, todo, None, 2)  # a few hundred kB: in process
     assert loader._pool(files, todo, 2, 2)  # asked for
     assert not loader._pool(files, todo, None, 1)
@@ -142,6 +140,14 @@ def test_small_inputs_parse_in_process_by_default(traces: Path, tmp_path: Path) 
     assert not pool_pays(4 * 51 * mib, 2) and pool_pays(4 * 100 * mib, 2)  # the 4 x 51 MB benchmark set: here
     assert not pool_pays(160 * mib, 4) and pool_pays(180 * mib, 4)  # 4/3 x 128 MiB = 171 MiB
     assert not pool_pays(1 << 40, 1)
+    # one worker per file at most: two 100 MiB files on 16 cores weigh against 2 workers (256 MiB), not 16
+    for name in ("rank0.json", "rank1.json"):
+        with open(tmp_path / name, "wb") as f:
+            f.truncate(100 * mib)  # sparse: sizes only
+    assert not pool_pays_for([tmp_path], 16) and not pool_pays_for([tmp_path], 1 << 10)  # 200 < 2 x 128 MiB
+    with open(tmp_path / "rank2.json", "wb") as f:
+        f.truncate(100 * mib)
+    assert pool_pays_for([tmp_path], 16) and pool_pays_for([tmp_path], 2)  # 300 MiB > 3/2 x and 2 x 128 MiB
     assert _report(traces, cache=False) == _report(traces, jobs=1, cache=False)
 
 

@@ -168,10 +168,11 @@ def _recycled(sizes: dict[int, int]) -> dict[str, int]:
 
 def _pool(files: list[TraceFile], todo: list[int], asked: int | None, jobs: int) -> bool:
     """Whether to parse ``todo`` in workers: ``--jobs N`` (N > 1) always does; by default (all cores) only
-    inputs big enough to repay the pool's start-up (``workers.pool_pays``; results are the same either way)."""
+    inputs big enough to repay the pool's start-up (``workers.pool_pays``, one worker per file at most;
+    results are the same either way)."""
     if jobs <= 1:
         return False
-    return bool(asked) or pool_pays(sum(parse_bytes(files[i].path) for i in todo), jobs)
+    return bool(asked) or pool_pays(sum(parse_bytes(files[i].path) for i in todo), min(jobs, len(todo)))
 
 
 def _from_workers(stored: list[_Stored]) -> list[list[RankTrace] | None]:

@@ -48,17 +48,18 @@ def parse_bytes(path: Path) -> int:
         return 0
 
 
-def input_bytes(paths: Iterable[Path], enough: int) -> int:
-    """``parse_bytes`` summed over the files under ``paths``, stopping once past ``enough`` (a guess before
-    discovery: every file counts)."""
-    total = 0
+def pool_pays_for(paths: Iterable[Path], cores: int) -> bool:
+    """``pool_pays`` for the files under ``paths`` (a guess before discovery: every file counts), one
+    worker per file at most; the walk stops once the answer cannot change."""
+    total = count = 0
     for p in paths:
         files = (Path(d, n) for d, _, names in os.walk(p) for n in names) if p.is_dir() else [p]
         for f in files:
             total += parse_bytes(f)
-            if total > enough:
-                return total
-    return total
+            count += 1
+            if count >= cores and pool_pays(total, cores):
+                return True
+    return pool_pays(total, min(cores, count))
 
 
 def worker_context() -> multiprocessing.context.BaseContext:
