@@ -63,7 +63,8 @@ def load_options(rank_map: tuple[str, ...], step_marker: str | None, jobs: int |
 
 def start_workers(paths: tuple[Path, ...] | list[Path], jobs: int | None, cache: bool = True) -> None:
     """Start the parse workers' fork server before the heavy imports, so both import at once (~0.4 s);
-    not for inputs read from the cache before (the loader starts it if a rank is not there after all)."""
+    not for inputs read from the cache before (the loader starts it if a rank is not there after all), nor,
+    by default, for inputs too small to repay a pool (``ingest.workers.pool_pays``: parsed in this process)."""
     if jobs != 1 and (len(paths) > 1 or any(p.is_dir() for p in paths)):
         if cache:
             from .ingest.cachedir import seen

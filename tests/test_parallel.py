@@ -166,3 +166,5 @@ def test_parse_bytes_of_gzip_is_inflated_size(tmp_path: Path) -> None:
     (tmp_path / "tiny.gz").write_bytes(b"\x1f\x8b")  # too short for a trailer: its size
     assert parse_bytes(tmp_path / "tiny.gz") == 2
     assert os.path.getsize(tmp_path / "r.json.gz") < len(raw)
+    os.mkfifo(tmp_path / "pipe.json.gz")  # never opened (it would block)
+    assert parse_bytes(tmp_path / "pipe.json.gz") == 0

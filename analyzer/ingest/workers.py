@@ -12,6 +12,7 @@ import contextlib
 import multiprocessing
 import multiprocessing.context
 import os
+import stat
 import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -25,7 +26,7 @@ _PRELOAD = ["analyzer.ingest.loader", "analyzer.ingest.kineto", "analyzer.ingest
 # Where a pool starts to pay, measured on 4 x 51 MB fsdp_balanced ranks on 2 cores: one core parses a rank in
 # 0.28 s of CPU (~180 MB/s), and a pool costs ~0.7 s before its first rank is parsed (the server's imports, the
 # resource tracker, a fork per worker) plus the read-back of what the workers cached; in process those 4 ranks
-# took 0.4-0.5 s less CPU and less wall (benchmarks/README.md, "Cold start on small inputs").
+# took 0.4-0.75 s less CPU and less wall (benchmarks/README.md, "Cold start on small inputs").
 POOL_BREAK_EVEN_BYTES = 128 << 20  # ~180 MB/s x ~0.7 s
 
 
@@ -38,7 +39,10 @@ def pool_pays(nbytes: int, jobs: int) -> bool:
 def parse_bytes(path: Path) -> int:
     """What parsing a file reads: its size, or for a .gz its inflated size (the gzip trailer; 0 if unreadable)."""
     try:
-        size = path.stat().st_size
+        st = path.stat()
+        if not stat.S_ISREG(st.st_mode):  # a FIFO or device is never opened here (discovery refuses it)
+            return 0
+        size = st.st_size
         if path.name.endswith(".gz") and size >= 18:
             with open(path, "rb") as f:
                 f.seek(-4, os.SEEK_END)
