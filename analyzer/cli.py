@@ -63,15 +63,18 @@ def load_options(rank_map: tuple[str, ...], step_marker: str | None, jobs: int |
 
 def start_workers(paths: tuple[Path, ...] | list[Path], jobs: int | None, cache: bool = True) -> None:
     """Start the parse workers' fork server before the heavy imports, so both import at once (~0.4 s);
-    not for inputs read from the cache before (the loader starts it if a rank is not there after all)."""
+    not for inputs read from the cache before (the loader starts it if a rank is not there after all), nor,
+    by default, for inputs too small to repay a pool (``ingest.workers.pool_pays``: parsed in this process)."""
     if jobs != 1 and (len(paths) > 1 or any(p.is_dir() for p in paths)):
         if cache:
             from .ingest.cachedir import seen
 
             if seen(paths):
                 return
-        from .ingest.workers import prestart
+        from .ingest.workers import pool_pays_for, prestart
 
+        if jobs is None and not pool_pays_for(paths, os.cpu_count() or 1):
+            return  # small inputs are parsed in this process (ingest/loader.py _read_all)
         prestart()
 
 
@@ -174,6 +177,8 @@ def analyze(paths: tuple[Path, ...], fmt: str, output: Path | None, show_steps: 
     """Analyze traces (files or folders of ranks): overlap, exposed communication, waits, stragglers."""
 
     def run() -> None:
+        if not scheduler:  # first: the server's imports then overlap the hang check's and ours (polars, numpy)
+            start_workers(paths, jobs, not no_cache)
         if hang := hang_triage(paths, rank_map, layout, layout_order, gpus_per_host):
             from .errors import UsageError
             from .report import render
@@ -184,8 +189,6 @@ def analyze(paths: tuple[Path, ...], fmt: str, output: Path | None, show_steps: 
                 raise UsageError(f"{', '.join(unused)}: profiler-trace options; Flight Recorder dumps get the "
                                  "whole hang triage (drop them)")
             return _emit(render(hang, fmt), output)
-        if not scheduler:
-            start_workers(paths, jobs, not no_cache)
         from .analysis import analyze as run_analysis
         from .ingest.loader import load
         from .report import render

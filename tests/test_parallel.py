@@ -120,3 +120,51 @@ def test_dask_local_cluster_of_processes_equals_serial(tmp_path_factory: pytest.
         got = _report(out, scheduler=cluster.scheduler_address)
     assert got["ranks"] == ref["ranks"] and len(got["ranks"]) == 64
     assert got == ref
+
+
+def test_small_inputs_parse_in_process_by_default(traces: Path, tmp_path: Path) -> None:
+    """Below the pool's break-even the default (all cores) parses here; --jobs N still gets N workers."""
+    from analyzer.ingest import loader
+    from analyzer.ingest.discover import discover
+    from analyzer.ingest.workers import POOL_BREAK_EVEN_BYTES, pool_pays, pool_pays_for
+
+    files = discover([traces])
+    todo = list(range(len(files)))
+    assert not pool_pays_for([traces], 2) and not pool_pays_for([traces], 64)
+    assert not loader._pool(files, todo, None, 2)  # a few hundred kB: in process
+    assert loader._pool(files, todo, 2, 2)  # asked for
+    assert not loader._pool(files, todo, None, 1)
+    # splitting S over J cores saves S/rate*(1-1/J): the break-even falls from 2x (2 cores) towards 1x
+    mib = 1 << 20
+    assert POOL_BREAK_EVEN_BYTES == 128 * mib
+    assert not pool_pays(4 * 51 * mib, 2) and pool_pays(4 * 100 * mib, 2)  # the 4 x 51 MB benchmark set: here
+    assert not pool_pays(160 * mib, 4) and pool_pays(180 * mib, 4)  # 4/3 x 128 MiB = 171 MiB
+    assert not pool_pays(1 << 40, 1)
+    # one worker per file at most: two 100 MiB files on 16 cores weigh against 2 workers (256 MiB), not 16
+    for name in ("rank0.json", "rank1.json"):
+        with open(tmp_path / name, "wb") as f:
+            f.truncate(100 * mib)  # sparse: sizes only
+    assert not pool_pays_for([tmp_path], 16) and not pool_pays_for([tmp_path], 1 << 10)  # 200 < 2 x 128 MiB
+    with open(tmp_path / "rank2.json", "wb") as f:
+        f.truncate(100 * mib)
+    assert pool_pays_for([tmp_path], 16) and pool_pays_for([tmp_path], 2)  # 300 MiB > 3/2 x and 2 x 128 MiB
+    assert _report(traces, cache=False) == _report(traces, jobs=1, cache=False)
+
+
+def test_parse_bytes_of_gzip_is_inflated_size(tmp_path: Path) -> None:
+    import gzip
+    import os
+
+    from analyzer.ingest.workers import parse_bytes
+
+    raw = b'{"traceEvents": []}' + b" " * 100_000
+    (tmp_path / "r.json.gz").write_bytes(gzip.compress(raw))
+    assert parse_bytes(tmp_path / "r.json.gz") == len(raw)
+    (tmp_path / "r.json").write_bytes(raw)
+    assert parse_bytes(tmp_path / "r.json") == len(raw)
+    assert parse_bytes(tmp_path / "missing.json") == 0
+    (tmp_path / "tiny.gz").write_bytes(b"\x1f\x8b")  # too short for a trailer: its size
+    assert parse_bytes(tmp_path / "tiny.gz") == 2
+    assert os.path.getsize(tmp_path / "r.json.gz") < len(raw)
+    os.mkfifo(tmp_path / "pipe.json.gz")  # never opened (it would block)
+    assert parse_bytes(tmp_path / "pipe.json.gz") == 0

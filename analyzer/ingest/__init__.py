@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from ..model import RankTrace
 from .options import ReadOptions
 
-Reader = Callable[[Path, ReadOptions], list[RankTrace]]
+if TYPE_CHECKING:  # the model imports polars (~0.2 s): the CLI imports this package before it needs polars
+    from ..model import RankTrace
+
+Reader = Callable[[Path, ReadOptions], "list[RankTrace]"]
 
 
 def reader_for(fmt: str) -> Reader:

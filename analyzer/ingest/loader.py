@@ -40,7 +40,7 @@ from .lean import lean_reader, read_lean
 from .limits import DEFAULT as DEFAULT_LIMITS
 from .limits import Limits
 from .sanity import check_gpu
-from .workers import no_main_reimport, prestart, worker_context
+from .workers import no_main_reimport, parse_bytes, pool_pays, prestart, worker_context
 
 
 @dataclass(frozen=True)
@@ -166,6 +166,15 @@ def _recycled(sizes: dict[int, int]) -> dict[str, int]:
     return {"max_tasks_per_child": 1}
 
 
+def _pool(files: list[TraceFile], todo: list[int], asked: int | None, jobs: int) -> bool:
+    """Whether to parse ``todo`` in workers: ``--jobs N`` (N > 1) always does; by default (all cores) only
+    inputs big enough to repay the pool's start-up (``workers.pool_pays``, one worker per file at most;
+    results are the same either way)."""
+    if jobs <= 1:
+        return False
+    return bool(asked) or pool_pays(sum(parse_bytes(files[i].path) for i in todo), min(jobs, len(todo)))
+
+
 def _from_workers(stored: list[_Stored]) -> list[list[RankTrace] | None]:
     """The cache entries the workers wrote, read together (None where one has gone meanwhile)."""
     from .cache import load_entries
@@ -267,15 +276,15 @@ def _read_all(files: list[TraceFile], options: LoadOptions) -> list[list[RankTra
                     folders[i] = entry_dir(files[i], opts[i])
                 except OSError:
                     pass
-            if jobs > 1 and sum(not (f / "manifest.json").is_file() for f in folders.values()) + \
-                    len(todo) - len(folders) > 1:
+            misses = [i for i in todo if i not in folders or not (folders[i] / "manifest.json").is_file()]
+            if len(misses) > 1 and _pool(files, misses, options.jobs, jobs):
                 prestart()  # misses the CLI did not expect: the workers' server imports while hits are read
             for i, hit in zip(folders, load_entries(list(folders.values()))):
                 if hit is not None:
                     results[i] = hit
                     done(files[i].path.name)
             todo = [i for i in todo if results[i] is None]
-        if jobs <= 1 or len(todo) <= 1:
+        if len(todo) <= 1 or not _pool(files, todo, options.jobs, jobs):
             for i in todo:
                 results[i] = read_one(files[i], opts[i], options.cache)
                 done(files[i].path.name)

@@ -11,13 +11,59 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import multiprocessing.context
+import os
+import stat
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from pathlib import Path
 
 # what a worker's first rank imports otherwise, each worker on its own: the cache writer, and pyarrow.compute
 # (Arrow's UTF-8 check of the block path; 26 ms, with pydoc). Preloaded: a 50 MB rank's first read 0.28 -> 0.25 s
 _PRELOAD = ["analyzer.ingest.loader", "analyzer.ingest.kineto", "analyzer.ingest.nsys", "analyzer.ingest.cache",
             "pyarrow.compute"]
+
+
+# Where a pool starts to pay, measured on 4 x 51 MB fsdp_balanced ranks on 2 cores: one core parses a rank in
+# 0.28 s of CPU (~180 MB/s), and a pool costs ~0.7 s before its first rank is parsed (the server's imports, the
+# resource tracker, a fork per worker) plus the read-back of what the workers cached; in process those 4 ranks
+# took 0.4-0.75 s less CPU and less wall (benchmarks/README.md, "Cold start on small inputs").
+POOL_BREAK_EVEN_BYTES = 128 << 20  # ~180 MB/s x ~0.7 s
+
+
+def pool_pays(nbytes: int, jobs: int) -> bool:
+    """Whether ``jobs`` workers beat parsing ``nbytes`` of traces in this process: splitting saves
+    ``nbytes / rate * (1 - 1 / jobs)`` of wall, which must exceed the pool's start-up."""
+    return jobs > 1 and nbytes * (jobs - 1) > POOL_BREAK_EVEN_BYTES * jobs
+
+
+def parse_bytes(path: Path) -> int:
+    """What parsing a file reads: its size, or for a .gz its inflated size (the gzip trailer; 0 if unreadable)."""
+    try:
+        st = path.stat()
+        if not stat.S_ISREG(st.st_mode):  # a FIFO or device is never opened here (discovery refuses it)
+            return 0
+        size = st.st_size
+        if path.name.endswith(".gz") and size >= 18:
+            with open(path, "rb") as f:
+                f.seek(-4, os.SEEK_END)
+                return max(size, int.from_bytes(f.read(4), "little"))  # mod 2**32: a floor for bigger ones
+        return size
+    except OSError:
+        return 0
+
+
+def pool_pays_for(paths: Iterable[Path], cores: int) -> bool:
+    """``pool_pays`` for the files under ``paths`` (a guess before discovery: every file counts), one
+    worker per file at most; the walk stops once the answer cannot change."""
+    total = count = 0
+    for p in paths:
+        files = (Path(d, n) for d, _, names in os.walk(p) for n in names) if p.is_dir() else [p]
+        for f in files:
+            total += parse_bytes(f)
+            count += 1
+            if count >= cores and pool_pays(total, cores):
+                return True
+    return pool_pays(total, min(cores, count))
 
 
 def worker_context() -> multiprocessing.context.BaseContext:
