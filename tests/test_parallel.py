@@ -136,18 +136,18 @@ def test_small_inputs_parse_in_process_by_default(traces: Path, tmp_path: Path) 
     assert not loader._pool(files, todo, None, 1)
     # splitting S over J cores saves S/rate*(1-1/J): the break-even falls from 2x (2 cores) towards 1x
     mib = 1 << 20
-    assert POOL_BREAK_EVEN_BYTES == 128 * mib
-    assert not pool_pays(4 * 51 * mib, 2) and pool_pays(4 * 100 * mib, 2)  # the 4 x 51 MB benchmark set: here
-    assert not pool_pays(160 * mib, 4) and pool_pays(180 * mib, 4)  # 4/3 x 128 MiB = 171 MiB
+    assert POOL_BREAK_EVEN_BYTES == 48 * mib
+    assert not pool_pays(4 * 12 * mib, 2) and pool_pays(4 * 51 * mib, 2)  # measured: in process / pool faster
+    assert not pool_pays(60 * mib, 4) and pool_pays(70 * mib, 4)  # 4/3 x 48 MiB = 64 MiB
     assert not pool_pays(1 << 40, 1)
-    # one worker per file at most: two 100 MiB files on 16 cores weigh against 2 workers (256 MiB), not 16
+    # one worker per file at most: two 40 MiB files on 16 cores weigh against 2 workers (96 MiB), not 16
     for name in ("rank0.json", "rank1.json"):
         with open(tmp_path / name, "wb") as f:
-            f.truncate(100 * mib)  # sparse: sizes only
-    assert not pool_pays_for([tmp_path], 16) and not pool_pays_for([tmp_path], 1 << 10)  # 200 < 2 x 128 MiB
+            f.truncate(40 * mib)  # sparse: sizes only
+    assert not pool_pays_for([tmp_path], 16) and not pool_pays_for([tmp_path], 1 << 10)  # 80 < 2 x 48 MiB
     with open(tmp_path / "rank2.json", "wb") as f:
-        f.truncate(100 * mib)
-    assert pool_pays_for([tmp_path], 16) and pool_pays_for([tmp_path], 2)  # 300 MiB > 3/2 x and 2 x 128 MiB
+        f.truncate(40 * mib)
+    assert pool_pays_for([tmp_path], 16) and pool_pays_for([tmp_path], 2)  # 120 MiB > 3/2 x and 2 x 48 MiB
     assert _report(traces, cache=False) == _report(traces, jobs=1, cache=False)
 
 

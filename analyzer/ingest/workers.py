@@ -23,11 +23,13 @@ _PRELOAD = ["analyzer.ingest.loader", "analyzer.ingest.kineto", "analyzer.ingest
             "pyarrow.compute"]
 
 
-# Where a pool starts to pay, measured on 4 x 51 MB fsdp_balanced ranks on 2 cores: one core parses a rank in
-# 0.28 s of CPU (~180 MB/s), and a pool costs ~0.7 s before its first rank is parsed (the server's imports, the
-# resource tracker, a fork per worker) plus the read-back of what the workers cached; in process those 4 ranks
-# took 0.4-0.75 s less CPU and less wall (benchmarks/README.md, "Cold start on small inputs").
-POOL_BREAK_EVEN_BYTES = 128 << 20  # ~180 MB/s x ~0.7 s
+# Where a pool starts to pay, measured on fsdp_balanced ranks on 2 cores (benchmarks/README.md, "Cold start on
+# small inputs"): one core parses ~180 MB/s, and a pool costs ~0.27 s before its first rank on a quiet machine
+# (the server's imports, the resource tracker, a fork per worker, the read-back of what the workers cached).
+# Interleaved cold runs at load 1.5: 4 x 12 MB 1.02 s in process against 1.18 s with 2 workers, 4 x 25 MB
+# 1.34 against 1.37 s, 4 x 51 MB 2.05 against 1.82 s. Under heavy load the pool costs more (~0.7 s at load 5)
+# and in process wins up to 4 x 200 MB, but a user's machine is mostly not shared with six benchmarks.
+POOL_BREAK_EVEN_BYTES = 48 << 20  # ~180 MB/s x ~0.27 s
 
 
 def pool_pays(nbytes: int, jobs: int) -> bool:
