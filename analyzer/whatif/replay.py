@@ -47,8 +47,8 @@ from ..rules import P2P_OPS
 LIST_WIDTH = 4  # successors / ends per key kept in a padded table; longer lists are read as ranges
 COMPILED_WAVES = 2_000  # from this many waves on the replay runs in numba (waves.py); below, its load costs more
 CELLS = 5_000_000  # scenario x node cells per replay batch (memory bound: ~9 float arrays of this size)
-CELLS_COMPILED = 8 * 10**6  # where numba replays it (waves.spans: the changes, 2 float arrays and a bool one; 8 scenarios
-# a pass, waves.BLOCK, at a million operations)
+CELLS_COMPILED = 8 * 10**6  # where numba replays it (waves.spans: the changes, 2 float arrays and a bool one), in
+# batches of at most waves.BLOCK scenarios (one pass)
 
 
 @dataclass(frozen=True)
@@ -586,9 +586,10 @@ def batched(a: Arrays, sch: Schedule, seg: Segments, fill: list[Callable[[Mods, 
     # a keyed scenario (Keyed) already replayed on this schedule and windows, or twice in ``fill``, runs once
     keys = [(seg.token, f.key) if measure is None and isinstance(f, Keyed) else None for f in fill]
     todo = [i for i, k in enumerate(keys) if k is None or (k not in sch.memo and keys.index(k) == i)]
-    # numba's replay (spans) makes no (scenarios x nodes) array of deltas: its batches are bound by the changes alone
-    cells = CELLS_COMPILED if measure is None and sch.n_waves >= COMPILED_WAVES else CELLS
-    batch = max(1, min(len(todo), cells // max(n, 1)))
+    cells, rows = CELLS, len(todo)
+    if measure is None and (waves := _compiled(sch.n_waves >= COMPILED_WAVES)) is not None:
+        cells, rows = CELLS_COMPILED, waves.BLOCK  # no (scenarios x nodes) deltas there: the changes bound it
+    batch = max(1, min(len(todo), rows, cells // max(n, 1)))
     got: dict[int, np.ndarray] = {}
     for lo in range(0, len(todo), batch):
         part = todo[lo:lo + batch]
