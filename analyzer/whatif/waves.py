@@ -211,16 +211,24 @@ def _layout(a: Arrays, sch: Schedule, seg: Segments) -> tuple[np.ndarray, ...]:
     return ev, in_seg, rel_start, rel_end, head
 
 
+def _lead_rows(a: Arrays, sch: Schedule) -> tuple[np.ndarray, ...]:
+    """Δe is kept for the operations with events only, a row each by position in ``a.lead`` (rows L and L+1: no
+    predecessor, reading 0 and -inf): the schedule's nodes as such rows, once per schedule; and the ends' durations."""
+    n, lead = a.rank.size, a.lead
+    rb = np.where(sch.rb < n, np.searchsorted(lead, sch.rb), lead.size)
+    rs = np.where(sch.rs < n, np.searchsorted(lead, sch.rs), lead.size + 1)
+    return (rb, rs, *(np.searchsorted(lead, v) for v in (sch.x_s, sch.x_e, sch.x_root)),
+            a.dur[sch.x_e].astype(np.float64))
+
+
 def _blocks(a: Arrays, sch: Schedule, mods: Mods) -> Iterator[tuple[int, np.ndarray, np.ndarray, np.ndarray]]:
     """Up to ``BLOCK`` scenarios at a time, from j0: their chain offsets (chain positions x scenarios), the waves'
     deltas (Δe by position in ``a.lead``, Δs by start event); what the last pass reads."""
     s, n = mods.ddur.shape
-    lead, nl = a.lead, a.lead.size
-    # Δe is kept for the operations with events only: rows by position in ``lead`` (L, L+1: reads 0, -inf)
-    rb = np.where(sch.rb < n, np.searchsorted(lead, sch.rb), nl)
-    rs = np.where(sch.rs < n, np.searchsorted(lead, sch.rs), nl + 1)
-    xl, xel, x_root = (np.searchsorted(lead, v) for v in (sch.x_s, sch.x_e, sch.x_root))
-    dur = a.dur[sch.x_e].astype(np.float64)
+    nl = a.lead.size
+    if ("waves",) not in sch.memo:
+        sch.memo[("waves",)] = _lead_rows(a, sch)
+    rb, rs, xl, xel, x_root, dur = sch.memo[("waves",)]
     scratch: tuple[np.ndarray, ...] = ()
     size = -(-s // -(-s // BLOCK)) if s else 1  # blocks of even size (9 scenarios: 5 and 4, not 8 and 1)
     for j0 in range(0, s, size):
