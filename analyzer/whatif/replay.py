@@ -88,7 +88,7 @@ class Schedule:
     x_slack: np.ndarray
     xg_off: np.ndarray  # (waves+1) slice of ops with dependencies
     xg_first: np.ndarray  # each such op's first dependency, relative to its wave's first
-    # spans already replayed on this schedule, by (segments' token, scenario key): see Keyed
+    # spans already replayed on this schedule, by (segments' token, scenario key): see Keyed; waves.py's ("waves", ...)
     memo: dict = field(default_factory=dict, compare=False, repr=False)
 
 
