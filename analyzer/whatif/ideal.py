@@ -116,48 +116,95 @@ class Ideal:
 
 def ideal(g: Graph, rl: Roles) -> Ideal:
     """The ideal run's changes to durations, gaps and transfers (see the module doc)."""
-    # a rank's first operation is its own role: its gap is measured from the job's start, not from a predecessor
-    key = ["_role", "name", "occurrence", "_first"]
+    # a rank's first operation is its own role: its gap is measured from the job's start, not from a predecessor;
+    # (role, name, occurrence, first) is one int64 key per operation (numpy: polars' group-by over the four
+    # columns, its sorted lists and the join back cost 1.5 s of CPU on the 484 MB Nsight export's million operations)
     n = g.nodes.select(
-        "node", "rank", "kind", pl.col("name").cast(pl.Categorical).to_physical(), "occurrence",
-        pl.col("bind_pred").is_null().alias("_first"),
+        "rank", pl.col("kind").is_in(WORK_KINDS).fill_null(False).alias("_work"),
+        pl.col("name").cast(pl.Categorical).to_physical(), "occurrence", pl.col("bind_pred").is_null().alias("_first"),
         pl.col("dur_ns").cast(pl.Float64), pl.col("gap_ns").cast(pl.Float64).clip(lower_bound=0),
         pl.col("rank").replace_strict(rl.role, default=-1, return_dtype=pl.Int64).alias("_role"))
+    key = _key([n[c] for c in ("_role", "name", "occurrence", "_first")])
+    dur, gap = n["dur_ns"].to_numpy(), n["gap_ns"].to_numpy()  # null: NaN (the columns come from integers)
+    role = n["_role"].to_numpy()
     if g.nodes.select("rank", "step").unique().height == n["rank"].n_unique():
         # one step per rank (or none): an occurrence numbers a name's operations within the rank's step, so every
-        # (rank, key) holds one operation and its median is its value (the group-by cost 1 s on the 484 MB Nsight
-        # export's million operations)
-        per_rank = n.select("rank", *key, pl.col("dur_ns").alias("_d"), pl.col("gap_ns").alias("_g"))
+        # (rank, key) holds one operation and its median is its value
+        typ_d, typ_g, group_of = _typical(key, role, dur, gap, rl, n["rank"])
     else:
-        per_rank = n.group_by("rank", *key).agg(pl.col("dur_ns").median().alias("_d"),
-                                                pl.col("gap_ns").median().alias("_g"))
-    size = (pl.DataFrame({"rank": list(rl.role), "_role": list(rl.role.values())},
-                         schema={"rank": pl.Int32, "_role": pl.Int64})
-            .join(n.select("rank").unique(), on="rank").group_by("_role").agg(pl.len().cast(pl.Int64).alias("_n")))
-    typ = per_rank.group_by(key).agg(pl.col("_d").sort().alias("_ds"), pl.col("_g").sort().alias("_gs"),
-                                     pl.len().cast(pl.Int64).alias("_c")).join(size, on="_role", how="left")
-    if rl.replicated:  # peers that do not run it count as zero: the lower median of all the role's ranks
-        at = (pl.col("_n") - 1) // 2 - (pl.col("_n") - pl.col("_c"))
-    else:  # its own structure: the lower median of the ranks that run it
-        at = (pl.col("_c") - 1) // 2
-    typ = typ.with_columns(at.alias("_at")).select(
-        *key,
-        pl.when(pl.col("_at") >= 0).then(pl.col("_ds").list.get(pl.col("_at").clip(lower_bound=0), null_on_oob=True))
-        .otherwise(0.0).alias("_td"),
-        pl.when(pl.col("_at") >= 0).then(pl.col("_gs").list.get(pl.col("_at").clip(lower_bound=0), null_on_oob=True))
-        .otherwise(0.0).alias("_tg"))
-    n = n.join(typ, on=key, how="left", nulls_equal=True, maintain_order="left")
-    work = pl.col("kind").is_in(WORK_KINDS)
-    out = n.select(
-        pl.when(work).then(pl.min_horizontal(pl.col("_td").fill_null(pl.col("dur_ns")), "dur_ns") - pl.col("dur_ns"))
-        .otherwise(0.0).alias("dd"),
-        (pl.min_horizontal(pl.col("_tg").fill_null(pl.col("gap_ns")), "gap_ns") - pl.col("gap_ns")).alias("dg"),
-        "gap_ns")
+        per_rank = pl.DataFrame({"rank": n["rank"], "_k": key, "_role": role, "_d": n["dur_ns"], "_g": n["gap_ns"]}
+                                ).group_by("rank", "_k").agg(pl.col("_role").first(), pl.col("_d").median(),
+                                                             pl.col("_g").median())
+        pk = per_rank["_k"].to_numpy()
+        typ_d, typ_g, group_p = _typical(pk, per_rank["_role"].to_numpy(), per_rank["_d"].to_numpy(),
+                                      per_rank["_g"].to_numpy(), rl, n["rank"])
+        groups = np.empty(typ_d.size, dtype=np.int64)
+        groups[group_p] = pk  # each group's key, ascending (group_p: each per-rank row's group)
+        group_of = np.searchsorted(groups, key)
+    td, tg = typ_d[group_of], typ_g[group_of]
+    with np.errstate(invalid="ignore"):  # NaN where a value is null: 0.0 below, as polars' fill_null
+        dd = np.where(n["_work"].to_numpy(), np.minimum(np.where(np.isnan(td), dur, td), dur) - dur, 0.0)
+        dg = np.minimum(np.where(np.isnan(tg), gap, tg), gap) - gap
     inst = g.instances.sort("inst").select(
         (pl.min_horizontal(pl.col("transfer_ns").cast(pl.Float64).median().over("op", "bytes", "group_n"),
                            "transfer_ns") - pl.col("transfer_ns")).fill_null(0.0).alias("dt"))
-    return Ideal(out["dd"].fill_null(0.0).to_numpy(), out["dg"].fill_null(0.0).to_numpy(),
-                 inst["dt"].to_numpy().astype(np.float64), out["gap_ns"].fill_null(0.0).to_numpy())
+    return Ideal(_zero_null(dd), _zero_null(dg), inst["dt"].to_numpy().astype(np.float64), _zero_null(gap))
+
+
+def _zero_null(x: np.ndarray) -> np.ndarray:
+    return np.where(np.isnan(x), 0.0, x)
+
+
+def _key(cols: list[pl.Series]) -> np.ndarray:
+    """One int64 per row, equal where every column is (nulls equal): mixed radix over each column's range, the
+    partial key made dense (a sort) where the next column would overflow it."""
+    k = np.zeros(len(cols[0]) if cols else 0, dtype=np.int64)
+    span = 1
+    for s in cols:
+        if not k.size:
+            break
+        x = s.cast(pl.Int64).fill_null(0).to_numpy()
+        lo = int(x.min())
+        radix = int(x.max()) - lo + 2  # the last value: null
+        c = np.where(s.is_null().to_numpy(), radix - 1, x - lo) if s.null_count() else x - lo
+        if span * radix >= 2**62:
+            u, k = np.unique(k, return_inverse=True)
+            span = u.size
+        k = k * radix + c
+        span *= radix
+    return k
+
+
+def _typical(key: np.ndarray, role: np.ndarray, dur: np.ndarray, gap: np.ndarray, rl: Roles, ranks: pl.Series
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per group of rows with one ``key`` (sorted by key): the typical duration and gap, the lower median of the
+    rows' values (null: NaN, sorted first as polars sorts nulls; with replicas, peers that do not run it count as
+    zero); and each row's group. The picked value is one of the values, so its bits are theirs."""
+    order_d = np.lexsort((np.where(np.isnan(dur), -np.inf, dur), key))
+    order_g = np.lexsort((np.where(np.isnan(gap), -np.inf, gap), key))
+    ks = key[order_d]
+    new = np.r_[True, ks[1:] != ks[:-1]] if ks.size else np.zeros(0, dtype=bool)
+    start = np.flatnonzero(new)
+    count = np.diff(np.r_[start, ks.size])
+    if rl.replicated:  # of the role's ranks that ran anything: the lower median of all of them
+        size: dict[int, int] = {}
+        for r in ranks.unique().to_list():
+            if r in rl.role:
+                size[rl.role[r]] = size.get(rl.role[r], 0) + 1
+        g_role = role[order_d[start]]
+        u, inv = np.unique(g_role, return_inverse=True)
+        n_role = np.array([size.get(int(x), -1) for x in u], dtype=np.int64)[inv]
+        at = np.where(n_role >= 0, (n_role - 1) // 2 - (n_role - count), -1)
+    else:  # its own structure: the lower median of the ranks that run it
+        at = (count - 1) // 2
+    pick = start + np.maximum(at, 0)
+
+    def typical(values: np.ndarray, order: np.ndarray) -> np.ndarray:
+        return np.where(at >= 0, values[order[pick]], 0.0) if values.size else values
+
+    group = np.empty(key.size, dtype=np.int64)
+    group[order_d] = np.cumsum(new) - 1
+    return typical(dur, order_d), typical(gap, order_g), group
 
 
 def ideal_study(g: Graph) -> Ideal:

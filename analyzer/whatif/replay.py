@@ -26,8 +26,8 @@ is its stream predecessor (most of a compute stream) needs no event: along such 
 inconsistent matches (crossing orders, which no order completes) are forced through, each rank's earliest
 blocked end with what has arrived, and counted.
 The wave schedule depends only on the graph, so it is built once and reused by every scenario.
-From ``COMPILED_WAVES`` waves on, the schedule's levels and the replay run compiled (waves.py: numba, one
-scenario at a time), with the same bits as the numpy form here.
+From ``COMPILED_WAVES`` waves on, the schedule's levels and the replay run compiled (waves.py: numba, a block
+of scenarios a pass), with the same bits as the numpy form here.
 """
 
 from __future__ import annotations
@@ -47,7 +47,8 @@ from ..rules import P2P_OPS
 LIST_WIDTH = 4  # successors / ends per key kept in a padded table; longer lists are read as ranges
 COMPILED_WAVES = 2_000  # from this many waves on the replay runs in numba (waves.py); below, its load costs more
 CELLS = 5_000_000  # scenario x node cells per replay batch (memory bound: ~9 float arrays of this size)
-CELLS_COMPILED = 10**6  # cells (a count) where numba replays it (waves.spans: 2 float arrays and a bool one)
+CELLS_COMPILED = 8 * 10**6  # where numba replays it (waves.spans: the changes, 2 float arrays and a bool one), in
+# batches of at most waves.BLOCK scenarios (one pass)
 
 
 @dataclass(frozen=True)
@@ -87,7 +88,7 @@ class Schedule:
     x_slack: np.ndarray
     xg_off: np.ndarray  # (waves+1) slice of ops with dependencies
     xg_first: np.ndarray  # each such op's first dependency, relative to its wave's first
-    # spans already replayed on this schedule, by (segments' token, scenario key): see Keyed
+    # spans already replayed on this schedule, by (segments' token, scenario key): see Keyed; waves.py's ("waves", ...)
     memo: dict = field(default_factory=dict, compare=False, repr=False)
 
 
@@ -407,10 +408,10 @@ def schedule(a: Arrays, compiled: bool | None = None) -> Schedule:
 
 def run(a: Arrays, sch: Schedule, mods: Mods, compiled: bool | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Δs, Δe (S, nodes) of every operation under each scenario row of ``mods``. ``compiled``: numba's form
-    (waves.py, one scenario at a time) or this numpy one; by default numba from ``COMPILED_WAVES`` waves on
+    (waves.py, ``waves.BLOCK`` scenarios a pass) or this numpy one; by default numba from ``COMPILED_WAVES`` waves on
     (both give the same bits)."""
     if (waves := _compiled(sch.n_waves >= COMPILED_WAVES if compiled is None else compiled)) is not None:
-        return waves.run(*_compiled_args(a, sch, mods))
+        return waves.run(a, sch, mods)
     s, n = mods.ddur.shape
     co = a.chain_order
     # along a chain Δe grows by each member's (gap change, at least −gap) + duration change: a prefix sum,
@@ -489,14 +490,6 @@ def _compiled(use: bool) -> ModuleType | None:
     except (ImportError, RuntimeError, OSError):
         return None
     return waves
-
-
-def _compiled_args(a: Arrays, sch: Schedule, mods: Mods) -> tuple:
-    return (mods.ddur, mods.dgap, mods.dtr, mods.hide, a.chain_order, a.chain_floor, a.chain_first, a.chain_pos,
-            a.slack, a.dur[sch.x_e].astype(np.float64), a.parent, a.lead, a.chain_lead, a.n_instances, sch.s_off,
-            sch.x_s, sch.bpx, sch.spx, sch.rb, sch.rs, sch.x_off, sch.xg_off, sch.xg_first, sch.x_root, sch.x_cpos,
-            sch.x_dpos, sch.x_slack, sch.a_off, sch.g_off, sch.g_first, sch.g_inst, sch.a_pos, sch.a_wait, sch.e_off,
-            sch.x_e, sch.e_inst, sch.e_pos)
 
 
 TOKENS = itertools.count()  # never reused (an id() is, once its object is gone)
@@ -580,10 +573,7 @@ def spans(a: Arrays, sch: Schedule, seg: Segments, mods: Mods, compiled: bool | 
     """``step_spans(seg, *run(a, sch, mods))``; compiled (``compiled`` as in :func:`run`), without the (scenarios x
     nodes) arrays of deltas."""
     if seg.order.size and (waves := _compiled(sch.n_waves >= COMPILED_WAVES if compiled is None else compiled)) is not None:
-        t = seg.table
-        return waves.spans(*_compiled_args(a, sch, mods), seg.order, seg.bounds, seg.rel_start, seg.rel_end,
-                           (t["last_ns"] - t["first_ns"]).to_numpy().astype(np.float64),
-                           t["span_ns"].to_numpy().astype(np.float64), seg.next_seg)
+        return waves.spans(a, sch, seg, mods)
     return step_spans(seg, *run(a, sch, mods, compiled))
 
 
@@ -596,9 +586,10 @@ def batched(a: Arrays, sch: Schedule, seg: Segments, fill: list[Callable[[Mods, 
     # a keyed scenario (Keyed) already replayed on this schedule and windows, or twice in ``fill``, runs once
     keys = [(seg.token, f.key) if measure is None and isinstance(f, Keyed) else None for f in fill]
     todo = [i for i, k in enumerate(keys) if k is None or (k not in sch.memo and keys.index(k) == i)]
-    # numba's replay (spans) takes a scenario at a time: small batches cost it nothing and keep memory down
-    cells = CELLS_COMPILED if measure is None and sch.n_waves >= COMPILED_WAVES else CELLS
-    batch = max(1, min(len(todo), cells // max(n, 1)))
+    cells, rows = CELLS, len(todo)
+    if measure is None and (waves := _compiled(sch.n_waves >= COMPILED_WAVES)) is not None:
+        cells, rows = CELLS_COMPILED, waves.BLOCK  # no (scenarios x nodes) deltas there: the changes bound it
+    batch = max(1, min(len(todo), rows, cells // max(n, 1)))
     got: dict[int, np.ndarray] = {}
     for lo in range(0, len(todo), batch):
         part = todo[lo:lo + batch]
