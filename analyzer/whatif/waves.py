@@ -20,13 +20,14 @@ first use and cached beside this file (or in numba's per-user cache where that i
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
 from numba import njit
 
-if TYPE_CHECKING:
-    from .replay import Arrays, Mods, Schedule, Segments
+# replay.Arrays, Schedule, Segments and Mods, whose fields these functions read: named in comments, not imported,
+# so that replay (which imports this module lazily) and this module do not import each other
+Arrays = Schedule = Segments = Mods = Any
 
 
 @njit(inline="always")
