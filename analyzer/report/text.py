@@ -18,6 +18,7 @@ from ..views.units import ms_frame, ms_tables
 from ..views.verdict import headline
 from ..views.whatif import sentence as whatif_sentence
 from ..views.whatif import text_lines as whatif_lines
+from .md import plain as plain_cell
 
 
 def _f(x: object, digits: int = 1) -> str:
@@ -127,7 +128,7 @@ def render(a: Analysis, width: int | None = None, color: bool = False, show_step
         for _, label, _ in cols:
             it.add_column(label, justify="right")
         for r in rows:
-            it.add_row(*[_plain_cell(r.get(k), d) for k, _, d in cols])
+            it.add_row(*[plain_cell(r.get(k), d) for k, _, d in cols])
         tcon.print(it)
     fit = a.clock
     con.print()
@@ -165,14 +166,3 @@ def _table(title: str, cols: list[tuple[str, str]], rows: list[dict]) -> Table:
 
 def _ranks_text(ranks: list[int]) -> str:
     return ",".join(map(str, ranks[:6])) + (f",... ({len(ranks)})" if len(ranks) > 6 else "")
-
-
-def _plain_cell(x: object, digits: int) -> str:
-    """A plain-text table cell (the Markdown one is ``md.cell``: an en dash for missing, pipes escaped)."""
-    if x is None:
-        return "-"
-    if isinstance(x, bool):
-        return "yes" if x else "no"
-    if isinstance(x, float):
-        return f"{x:,.{digits}f}"
-    return str(x)
