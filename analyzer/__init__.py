@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from .analysis import Analysis
-    from .hang_analysis import HangAnalysis
+    from .hangs.analysis import HangAnalysis
 
 __version__ = "0.1.0"
 
@@ -23,7 +23,7 @@ def analyze(*paths: str | PathLike[str], ranks: Iterable[int] | None = None, ste
     """Analyze trace files or folders of ranks: the same ``Analysis`` that ``commscope analyze`` renders.
 
     Its tables (``ranks``, ``steps``, ``collectives``, ``bandwidth``, ``ranking``) are Polars DataFrames with the
-    columns of the JSON report, times in ns (``compute_ns``); ``analyzer.units.ms_tables(a)`` gives them in ms
+    columns of the JSON report, times in ns (``compute_ns``); ``analyzer.analysis.units.ms_tables(a)`` gives them in ms
     under the report's names. ``verdict``, ``clock``, ``matching``, ``warnings`` and ``source`` are the rest of it.
     Keywords match the CLI options: ``ranks`` (keep only these), ``step_marker`` (a regular expression for step
     annotations), ``jobs`` (worker processes; default: the cores), ``cache`` (the Parquet cache), ``rank_map``
@@ -64,7 +64,7 @@ def triage(*paths: str | PathLike[str], rank_map: dict[str, int] | None = None) 
     from pathlib import Path
 
     from .errors import UsageError
-    from .hang_analysis import triage as run_triage
+    from .hangs.analysis import triage as run_triage
 
     found = run_triage([Path(p) for p in paths], dict(rank_map or {})) if paths else None
     if found is None:

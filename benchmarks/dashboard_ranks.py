@@ -33,7 +33,7 @@ ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--n
 def one_run(a, browser, rank: int) -> dict:
     from werkzeug.serving import make_server
 
-    from analyzer.compose import dashboard_app  # as `commscope dashboard` serves it (with the export panel)
+    from analyzer.cli.compose import dashboard_app  # as `commscope dashboard` serves it (with the export panel)
 
     t0 = time.perf_counter()
     server = make_server("127.0.0.1", 0, dashboard_app(a).server, threaded=True)

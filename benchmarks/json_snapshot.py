@@ -9,7 +9,7 @@ are walked.
     python benchmarks/json_snapshot.py diff BEFORE_DIR AFTER_DIR
 
 With CACHE_DIR the reports go through that cache (the first write fills it, a second write reads every
-set's tables and analysis back: ``analyzer/analysis_cache.py``); without, ``--no-cache``.
+set's tables and analysis back: ``analyzer/analysis/cache.py``); without, ``--no-cache``.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ TARGETS = {"AR": 2.0, "SE": 3.0, "ST": None}  # seconds, cold (issue #29)
 
 # (module, function) timed in-process; nested calls are counted in their caller too
 STAGES = [
-    ("analyzer.ingest.optable", "read"),
+    ("analyzer.ingest.optable.reader", "read"),
     ("analyzer.ingest.loader", "assemble"),
     ("analyzer.metrics.overlap", "coverages"),
     ("analyzer.crossrank.match", "instances"),
@@ -39,7 +39,7 @@ STAGES = [
     ("analyzer.metrics.critical_path", "critical_path"),
     ("analyzer.whatif.scenarios", "analyze"),
     ("analyzer.whatif.scenarios.counterfactual", "analyze"),  # both models on op tables (commscope's, then the study's)
-    ("analyzer.ingest.optable_deps", "dependencies"),
+    ("analyzer.ingest.optable.deps", "dependencies"),
 ]
 
 

@@ -1,6 +1,6 @@
 """``create_app(analysis)``: a Dash app over one finished Analysis; ``serve`` runs it (127.0.0.1 by default).
 
-With a ``trace_writer`` (``analyzer.export.write_trace``; ``analyzer.compose`` wires it, as ``commscope
+With a ``trace_writer`` (``analyzer.export.write_trace``; ``analyzer.cli.compose`` wires it, as ``commscope
 dashboard`` serves it) the page offers the selection as a Perfetto download.
 """
 

@@ -4,7 +4,7 @@ A rank selected exports that rank, a step that step on every rank, a collective 
 its step. The trace is written in memory from the app's Analysis (nothing is read from disk per
 request) and the equivalent ``commscope export`` command is shown beside the button.
 
-The writer is handed in (``TraceWriter``: ``analyzer.export.write_trace``, wired by ``analyzer.compose``):
+The writer is handed in (``TraceWriter``: ``analyzer.export.write_trace``, wired by ``analyzer.cli.compose``):
 presenters never import each other, and the dashboard needs only "write this selection of this run".
 """
 

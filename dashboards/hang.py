@@ -7,7 +7,7 @@ cell says who is in which state. The figure is ``analyzer.views.hang_grid``'s, w
 
 from __future__ import annotations
 
-from analyzer.hang_analysis import HangAnalysis
+from analyzer.hangs.analysis import HangAnalysis
 from analyzer.views.hang import headline, ranks_text
 from analyzer.views.hang_grid import grid_cells, grid_figure
 

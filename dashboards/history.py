@@ -4,7 +4,7 @@ summary with a link to ``/run/<RUN>``, which opens that run's full analysis.
 ``/run/<RUN>`` re-analyzes the run's stored source paths when every file is still there with the stored
 size and head (fingerprint), and serves the static HTML report of that analysis; otherwise it serves
 the stored summary and says why. Loading, analyzing and rendering a report is not a presenter's to do:
-``open_run`` (paths -> the report page; ``analyzer.compose.full_report``) is handed in. The store is read
+``open_run`` (paths -> the report page; ``analyzer.cli.compose.full_report``) is handed in. The store is read
 per request: CI jobs keep adding runs. Inputs are checked (an unknown metric or run, a malformed click) and
 answered, never with a server error.
 """

@@ -13,7 +13,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from analyzer import analysis, analysis_cache
+from analyzer import analysis
+from analyzer.analysis import cache as analysis_cache
 from analyzer.crossrank import groups as pgroups
 from analyzer.ingest.cachedir import cache_dir
 from analyzer.ingest.loader import LoadOptions, load

@@ -5,10 +5,10 @@ are annotations and run nothing, so they are left out). Asserted: no cycle; pres
 dashboards) import no other presenter and no reader; the shared views import no presenter; every module
 imports only its own layer or layers upstream of it:
 
-    ground (rules, model, errors, ranklist, timeline, thresholds)
-    <- ingest <- crossrank <- metrics <- whatif <- analysis (analysis, hang_analysis, units)
+    ground (rules, model, errors, ranklist, timeline)
+    <- ingest <- crossrank <- metrics <- whatif <- analysis (the flow, its cache, units), hangs
     <- history, compare <- views <- presenters (report, export, dashboards)
-    <- drivers (the library API in analyzer/__init__, cli, compose)
+    <- drivers (the library API in analyzer/__init__, the cli package)
 
 The rules are checked on a synthetic edge list too, so a planted violation is shown to be caught.
 """
@@ -27,16 +27,16 @@ PACKAGES = ("analyzer", "dashboards")
 # (layer, rank): a module may import its own layer's modules and those of lower rank
 LAYERS: tuple[tuple[str, int], ...] = (
     ("analyzer.rules", 0), ("analyzer.model", 0), ("analyzer.errors", 0), ("analyzer.ranklist", 0),
-    ("analyzer.timeline", 0), ("analyzer.thresholds", 0),
+    ("analyzer.timeline", 0),
     ("analyzer.ingest", 1),
     ("analyzer.crossrank", 2),
     ("analyzer.metrics", 3),
     ("analyzer.whatif", 4),
-    ("analyzer.analysis", 5), ("analyzer.analysis_cache", 5), ("analyzer.hang_analysis", 5), ("analyzer.units", 5),
-    ("analyzer.history", 6), ("analyzer.compare", 6), ("analyzer.compare_gate", 6),
+    ("analyzer.analysis", 5), ("analyzer.hangs", 5),
+    ("analyzer.history", 6), ("analyzer.compare", 6),
     ("analyzer.views", 7),
     ("analyzer.report", 8), ("analyzer.export", 8), ("dashboards", 8),
-    ("analyzer.cli", 9), ("analyzer.cli_limits", 9), ("analyzer.compose", 9), ("analyzer", 9),
+    ("analyzer.cli", 9), ("analyzer", 9),
 )
 PRESENTERS = ("analyzer.report", "analyzer.export", "dashboards")
 VIEWS = "analyzer.views"
@@ -190,8 +190,8 @@ def test_presenters_share_only_views() -> None:
      "views to presenter: analyzer.views.figures -> dashboards.timeline"),
     ({("dashboards.history", "analyzer.ingest.loader")},
      "presenter to ingest: dashboards.history -> analyzer.ingest.loader"),
-    ({("analyzer.ingest.kineto", "analyzer.metrics.overlap")},
-     "downstream import: analyzer.ingest.kineto (analyzer.ingest) -> analyzer.metrics.overlap (analyzer.metrics)"),
+    ({("analyzer.ingest.kineto.reader", "analyzer.metrics.overlap")},
+     "downstream import: analyzer.ingest.kineto.reader (analyzer.ingest) -> analyzer.metrics.overlap (analyzer.metrics)"),
     ({("analyzer.metrics.blame", "analyzer.analysis")},
      "downstream import: analyzer.metrics.blame (analyzer.metrics) -> analyzer.analysis (analyzer.analysis)"),
     ({("analyzer.ingest.loader", "analyzer.ingest.scaleout"), ("analyzer.ingest.scaleout", "analyzer.ingest.loader")},
@@ -204,8 +204,8 @@ def test_a_planted_violation_is_caught(edges: set[tuple[str, str]], want: str) -
 def test_allowed_arrows_pass() -> None:
     ok = {("analyzer.report.html", "analyzer.views.figures"), ("dashboards.layout", "analyzer.views.verdict"),
           ("analyzer.views.verdict", "analyzer.analysis"), ("analyzer.analysis", "analyzer.crossrank.graph"),
-          ("analyzer.compose", "analyzer.export"), ("analyzer.compose", "dashboards.app"),
-          ("analyzer.report.html", "analyzer.report.markdown"), ("analyzer.history.summary", "analyzer.units")}
+          ("analyzer.cli.compose", "analyzer.export"), ("analyzer.cli.compose", "dashboards.app"),
+          ("analyzer.report.html", "analyzer.report.markdown"), ("analyzer.history.summary", "analyzer.analysis.units")}
     assert violations(ok) == []
 
 

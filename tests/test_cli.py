@@ -126,7 +126,7 @@ def test_fuzzed_gzip_members_never_traceback(tmp_path: Path) -> None:
     rng = random.Random(7)
     from analyzer.errors import CommscopeError
     from analyzer.ingest import ReadOptions
-    from analyzer.ingest.kineto import read
+    from analyzer.ingest.kineto.reader import read
 
     raw = gzip.decompress(good)
     for i in range(25):

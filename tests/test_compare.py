@@ -11,9 +11,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from analyzer import thresholds
 from analyzer.analysis import analyze
-from analyzer.compare import compare, mann_whitney_p
+from analyzer.compare import thresholds
+from analyzer.compare.diff import compare, mann_whitney_p
 from analyzer.errors import UsageError
 from analyzer.ingest.loader import LoadOptions, load
 from sample_traces.generate import Scenario, build, write_kineto

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from analyzer.compare import compare
-from analyzer.compare_gate import mismatches
+from analyzer.compare.diff import compare
+from analyzer.compare.gate import mismatches
 from analyzer.errors import IncomparableRuns
 from sample_traces.generate import Scenario, build, default_groups, write_kineto
 from tests.helpers import cli, run

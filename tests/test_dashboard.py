@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from analyzer.analysis import analyze
-from analyzer.cli import main
+from analyzer.cli.app import main
 from analyzer.ingest.loader import LoadOptions, load
 from analyzer.report.json import to_dict
 from dashboards.app import create_app

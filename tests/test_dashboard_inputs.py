@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from analyzer.analysis import analyze
-from analyzer.compose import dashboard_app
+from analyzer.cli.compose import dashboard_app
 from analyzer.ingest.loader import LoadOptions, load
 from analyzer.views import summary
 from dashboards.app import DEFAULT_MAX_REQUEST_BYTES, create_app

@@ -14,8 +14,8 @@ import polars as pl
 import pytest
 
 from analyzer.analysis import Analysis
+from analyzer.analysis.units import ms_tables
 from analyzer.export import Selection, write_trace
-from analyzer.units import ms_tables
 from sample_traces.generate import Scenario, build, write_kineto
 from tests.conftest import SAMPLES, SHARED
 from tests.helpers import cli, run
@@ -274,7 +274,7 @@ def test_real_traces(folder: Path, matched: bool) -> None:
 def test_dashboard_downloads_the_selected_step(gen) -> None:
     import base64
 
-    from analyzer.compose import dashboard_app
+    from analyzer.cli.compose import dashboard_app
 
     _, _, a = gen
     client = dashboard_app(a).server.test_client()

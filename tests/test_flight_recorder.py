@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from analyzer.hang_analysis import analyze_dumps
-from analyzer.ingest import flight_recorder as fr
+from analyzer.hangs.analysis import analyze_dumps
 from analyzer.ingest.discover import flight_recorder_files
+from analyzer.ingest.flight_recorder import reader as fr
 from analyzer.report import render
 from analyzer.report.hang_json import to_dict
 from sample_traces.flight_recorder_gen import SCENARIOS, Job, write

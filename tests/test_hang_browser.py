@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from analyzer.hang_analysis import analyze_dumps
-from analyzer.ingest import flight_recorder as fr
+from analyzer.hangs.analysis import analyze_dumps
 from analyzer.ingest.discover import flight_recorder_files
+from analyzer.ingest.flight_recorder import reader as fr
 from analyzer.views.hang import headline
 from dashboards.hang import create_hang_app
 

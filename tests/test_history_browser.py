@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from analyzer.compose import history_app as create_app  # as served: /run/<RUN> opens the full report
+from analyzer.cli.compose import history_app as create_app  # as served: /run/<RUN> opens the full report
 from analyzer.history.record import add
 from tests.helpers import ROOT, run
 

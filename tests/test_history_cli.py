@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from analyzer.compare import compare
+from analyzer.analysis.units import ms_tables
+from analyzer.compare.diff import compare
 from analyzer.history.record import add, baseline_analysis
 from analyzer.history.store import Store
 from analyzer.history.summary import metric_rows
-from analyzer.units import ms_tables
 from tests import pg_server
 from tests.helpers import ROOT, run
 

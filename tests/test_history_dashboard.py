@@ -10,9 +10,9 @@ import statistics
 
 import pytest
 
-from analyzer.compose import history_app as create_app  # as served: /run/<RUN> opens the full report
+from analyzer.analysis.units import ms_tables
+from analyzer.cli.compose import history_app as create_app  # as served: /run/<RUN> opens the full report
 from analyzer.history.record import add
-from analyzer.units import ms_tables
 from tests.helpers import ROOT, run
 
 SAMPLE = ROOT / "sample_traces" / "gpu_h200" / "compute_straggler"

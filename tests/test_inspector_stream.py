@@ -16,7 +16,9 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
-from analyzer.ingest import inspector_fold, inspector_stream, nccl_inspector
+from analyzer.ingest.inspector import fold as inspector_fold
+from analyzer.ingest.inspector import reader as nccl_inspector
+from analyzer.ingest.inspector import stream as inspector_stream
 from analyzer.metrics import inspector as im
 from analyzer.metrics import inspector_folded
 from sample_traces.inspector_gen import Spec, write

@@ -117,7 +117,7 @@ def test_pip_check(venv: tuple[Path, Path]) -> None:
 def test_every_module_imports_and_every_import_is_declared(venv: tuple[Path, Path]) -> None:
     env_dir, work = venv
     out = json.loads(_run([env_dir / "bin" / "python", "-c", _CHECK], cwd=work).stdout)
-    assert {"analyzer.cli", "analyzer.compare", "analyzer.ingest.kineto", "analyzer.metrics.overlap",
+    assert {"analyzer.cli", "analyzer.compare.diff", "analyzer.ingest.kineto.reader", "analyzer.metrics.overlap",
             "dashboards.app", "analyzer.views.figures"} <= set(out["modules"])
     site = str(env_dir.resolve())
     assert all(str(Path(f).resolve()).startswith(site) for f in out["files"].values()), out["files"]

@@ -19,7 +19,9 @@ import pytest
 from polars.testing import assert_frame_equal
 
 from analyzer.errors import TraceError
-from analyzer.ingest import kineto, kineto_blocks, kineto_scan
+from analyzer.ingest.kineto import blocks as kineto_blocks
+from analyzer.ingest.kineto import reader as kineto
+from analyzer.ingest.kineto import scan as kineto_scan
 from analyzer.ingest.options import ReadOptions
 from analyzer.model import RankTrace
 from sample_traces.generate import Scenario, build, kineto_text

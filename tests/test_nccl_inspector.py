@@ -257,7 +257,7 @@ def test_missing_ranks_are_named(quiet: tuple[Path, dict], tmp_path: Path) -> No
 
 def test_a_long_verbose_log_puts_its_latest_part_on_the_timeline(verbose: tuple[Path, dict],
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    from analyzer.ingest import nccl_inspector
+    from analyzer.ingest.inspector import reader as nccl_inspector
 
     folder, truth = verbose
     monkeypatch.setattr(nccl_inspector, "TIMELINE_MAX_RECORDS", 300)

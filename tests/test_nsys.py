@@ -25,7 +25,8 @@ from nsys_fixtures import (
 )
 
 from analyzer.errors import TraceError, UsageError
-from analyzer.ingest import nsys, nsys_schema
+from analyzer.ingest.nsys import reader as nsys
+from analyzer.ingest.nsys import schema as nsys_schema
 from analyzer.ingest.options import ReadOptions
 from analyzer.model import COMM_CALL_SCHEMA, CPU_SCHEMA, GPU_SCHEMA, STEP_SCHEMA
 from sample_traces.nsys_writer import NCCL_DOMAIN, NsysExport, kineto_to_nsys, kineto_to_nsys_old
@@ -453,7 +454,7 @@ SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces" / "gpu_h200"
 @pytest.mark.skipif(not (SAMPLES / "fsdp_balanced").is_dir(), reason="sample traces absent")
 def test_same_workload_reads_the_same_in_both_formats(tmp_path: Path) -> None:
     """Kineto files -> nsys export -> nsys reader gives the Kineto reader's tables (ns-exact)."""
-    from analyzer.ingest import kineto
+    from analyzer.ingest.kineto import reader as kineto
 
     files = sorted((SAMPLES / "fsdp_balanced").glob("*.json.gz"))
     (out,) = kineto_to_nsys(files, tmp_path / "fsdp.sqlite", nccl_payload=True)

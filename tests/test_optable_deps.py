@@ -1,4 +1,4 @@
-"""The program order an op table declares (analyzer/ingest/optable_deps.py): on a generated 1F1B job, each op
+"""The program order an op table declares (analyzer/ingest/optable/deps.py): on a generated 1F1B job, each op
 waits for what the What-if artifact's dependency model says, checked op by op against rules written out here."""
 
 from __future__ import annotations

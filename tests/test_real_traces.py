@@ -77,7 +77,7 @@ def test_one_host_clocks_come_out_zero(folder: str) -> None:
 def test_ns_resolution_17_digit_timestamps_are_exact() -> None:
     path = shared("hta", "ns_resolution_trace", "rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz")
     from analyzer.ingest import ReadOptions
-    from analyzer.ingest.kineto import read
+    from analyzer.ingest.kineto.reader import read
 
     gpu = read(path, ReadOptions())[0].gpu
     events = oracle.gpu_events(oracle.load(path))

@@ -10,7 +10,7 @@ import polars as pl
 import pytest
 
 from analyzer.analysis import analyze
-from analyzer.compare import compare
+from analyzer.compare.diff import compare
 from analyzer.crossrank import graph
 from analyzer.model import STEP_SCHEMA, conform
 from analyzer.report.json import to_dict

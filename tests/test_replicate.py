@@ -59,7 +59,7 @@ def test_a_one_line_source_stays_one_line(tmp_path: Path) -> None:
 def test_the_heavy_mix_is_one_event_per_line_and_drops_only_events_no_table_reads(tmp_path: Path) -> None:
     """``--heavy`` (issue #33's mix): compact events one per line, two in three unread cpu_op events left out;
     the tables commscope reads are those of a plain copy."""
-    from analyzer.ingest.kineto import read_tables
+    from analyzer.ingest.kineto.reader import read_tables
     from analyzer.ingest.options import ReadOptions
 
     plain, heavy = tmp_path / "plain" / "rank0.json", tmp_path / "heavy" / "rank0.json"

@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 HOME = "analyzer/crossrank/graph.py"
 # where offsets are fitted (it names them; it does not apply them) and where the graph's clock is made from the fit
 FIT = "analyzer/crossrank/align.py"
-MAKER = "analyzer/analysis.py"
+MAKER = "analyzer/analysis/__init__.py"
 
 APPLY = [
     (re.compile(r"\balign\.apply\b|^\s*def apply\(|import [^\n]*\bapply\b"), "align.apply"),
@@ -63,7 +63,7 @@ def offenders(text: str, path: str) -> list[str]:
 def test_the_grep_finds_what_the_code_did_before() -> None:
     # the seven places as they read before the graph took the offsets (one line of each)
     before = {
-        "analyzer/analysis.py": 'aligned = align.apply(inst.select("rank", "start_ns", "end_ns"), fit)',
+        "analyzer/analysis/__init__.py": 'aligned = align.apply(inst.select("rank", "start_ns", "end_ns"), fit)',
         "analyzer/metrics/critical_path.py": 'off = pl.DataFrame({"rank": list((offsets_ns or {}).keys()),',
         "analyzer/export/tables.py": 'off = pl.col("rank").replace_strict(p.offsets, default=0, return_dtype=pl.Int64)',
         "analyzer/views/timeline.py": 'gpu = align.apply(a.traces.gpu.select("rank", "start_ns"), a.clock)',
@@ -344,9 +344,9 @@ DECIDE = [
 ]
 # the world group's name read to find the job's world (Flight Recorder checks and hang votes), not to name a dimension
 WORLD_BY_NAME = {
-    ("analyzer/ingest/flight_recorder.py", 'if desc != "default_pg":'),
-    ("analyzer/metrics/hang.py", 'world = groups.filter(pl.col("desc") == "default_pg")["size"]'),
-    ("analyzer/metrics/hang.py", 'if key[0] and key[0] not in ("undefined", "default_pg"):'),
+    ("analyzer/ingest/flight_recorder/reader.py", 'if desc != "default_pg":'),
+    ("analyzer/hangs/hang.py", 'world = groups.filter(pl.col("desc") == "default_pg")["size"]'),
+    ("analyzer/hangs/hang.py", 'if key[0] and key[0] not in ("undefined", "default_pg"):'),
 }
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from analyzer.units import ms_tables
+from analyzer.analysis.units import ms_tables
 from tests.helpers import run
 
 ROOT = Path(__file__).resolve().parents[1] / "sample_traces"

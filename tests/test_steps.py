@@ -7,7 +7,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from analyzer.units import ms_tables
+from analyzer.analysis.units import ms_tables
 from sample_traces.generate import Scenario, build, write_kineto
 from tests.helpers import run
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import polars as pl
 
-from analyzer.ingest import kineto
+from analyzer.ingest.kineto import reader as kineto
+from analyzer.ingest.kineto.timestamps import FLOAT_EXACT_LIMIT_US, us_numbers_to_ns, us_text_to_ns
 from analyzer.ingest.options import ReadOptions
-from analyzer.ingest.timestamps import FLOAT_EXACT_LIMIT_US, us_numbers_to_ns, us_text_to_ns
 
 
 def _texts(values: list[str]) -> list[int | None]:

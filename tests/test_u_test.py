@@ -6,7 +6,7 @@ from itertools import combinations
 
 import pytest
 
-from analyzer.compare import mann_whitney_p
+from analyzer.compare.diff import mann_whitney_p
 
 
 def _u(x: list[float], y: list[float]) -> float:

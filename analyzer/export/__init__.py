@@ -2,7 +2,7 @@
 
 ``write_trace(analysis, selection, file, fmt)`` streams the trace into a binary file object one rank at
 a time. The command that reproduces an export (``command_line``) is a view (``analyzer.views.selection``);
-the ``export`` command itself (load, analyze, write) is ``analyzer.compose.run_export``.
+the ``export`` command itself (load, analyze, write) is ``analyzer.cli.compose.run_export``.
 """
 
 from __future__ import annotations

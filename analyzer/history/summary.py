@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
+from ..analysis.units import ms_tables
 from ..rules import NS_PER_MS
-from ..units import ms_tables
 
 if TYPE_CHECKING:  # the store and trend import this module's schema without the analysis stages
     from ..analysis import Analysis

@@ -17,15 +17,15 @@ Reader = Callable[[Path, ReadOptions], "list[RankTrace]"]
 def reader_for(fmt: str) -> Reader:
     """The registry: adding a format means adding one module and one line here."""
     if fmt == "kineto":
-        from . import kineto
+        from .kineto import reader as kineto
 
         return kineto.read
     if fmt == "nsys":
-        from . import nsys
+        from .nsys import reader as nsys
 
         return nsys.read
     if fmt == "optable":
-        from . import optable
+        from .optable import reader as optable
 
         return optable.read
     raise ValueError(f"unknown trace format {fmt!r}")

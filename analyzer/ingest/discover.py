@@ -10,8 +10,8 @@ from pathlib import Path
 
 from ..errors import TraceError, UsageError
 from ..model import Skipped
-from .flight_recorder import is_pickle, looks_like_dump
-from .nccl_inspector import sniff as inspector_sniff
+from .flight_recorder.reader import is_pickle, looks_like_dump
+from .inspector.reader import sniff as inspector_sniff
 from .source import GZIP_MAGIC, SQLITE_MAGIC, head, refuse_special, special_kind, strip_bom
 
 _TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".nsys-rep", ".gz", ".pkl", ".pickle")
@@ -45,7 +45,7 @@ def sniff(path: Path) -> str | None:
     if path.suffix == ".nsys-rep":
         return "nsys"
     if path.name.lower().endswith(_OPTABLE_SUFFIXES):
-        from .optable_frame import is_op_table
+        from .optable.frame import is_op_table
 
         return "optable" if is_op_table(path) else None
     # 4 KiB first: a Kineto file names its keys at the top (16k small ranks: 64 MB read, not 1 GB)

@@ -24,7 +24,7 @@ CPU_KEPT = ("runtime", "annotation")  # cpu kinds anything after loading reads
 def read_lean(path: Path, opts: ReadOptions, fmt: str = "kineto") -> list[RankTrace]:
     """A reader's tables with the ``cpu`` table cut to ``CPU_KEPT`` (Kineto skips the rest while decoding)."""
     if fmt == "kineto":
-        from .kineto import read_tables
+        from .kineto.reader import read_tables
 
         traces = read_tables(path, opts, cpu_ops=False)
     else:

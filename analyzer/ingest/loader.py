@@ -189,7 +189,7 @@ def load(paths: list[Path], options: LoadOptions | None = None) -> TraceSet:
         raise UsageError(f"{dumps[0].path} is a Flight Recorder dump: `commscope analyze` and `commscope dashboard` "
                          "triage hangs from dumps; this command needs profiler traces")
     if any(f.format == "nccl_inspector" for f in files):  # one job's logs are read together (ranks span files)
-        from .nccl_inspector import load_logs
+        from .inspector.reader import load_logs
 
         return load_logs(files, options.ranks, options.jobs)
     derived_key = _derived_key(files, options)  # before reading, as each rank's entry is keyed

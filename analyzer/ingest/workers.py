@@ -19,8 +19,8 @@ from pathlib import Path
 
 # what a worker's first rank imports otherwise, each worker on its own: the cache writer, and pyarrow.compute
 # (Arrow's UTF-8 check of the block path; 26 ms, with pydoc). Preloaded: a 50 MB rank's first read 0.28 -> 0.25 s
-_PRELOAD = ["analyzer.ingest.loader", "analyzer.ingest.kineto", "analyzer.ingest.nsys", "analyzer.ingest.cache",
-            "pyarrow.compute"]
+_PRELOAD = ["analyzer.ingest.loader", "analyzer.ingest.kineto.reader", "analyzer.ingest.nsys.reader",
+            "analyzer.ingest.cache", "pyarrow.compute"]
 
 
 # Where a pool starts to pay, measured on fsdp_balanced ranks on 2 cores (benchmarks/README.md, "Cold start on

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from ..ingest.inspector_fold import BUSBW, BYTES, LOGGED, TRANSFER, Folded, median_of
+from ..ingest.inspector.fold import BUSBW, BYTES, LOGGED, TRANSFER, Folded, median_of
 from ..model import InspectorLog
 from . import inspector as im
 

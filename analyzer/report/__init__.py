@@ -6,11 +6,11 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # presenters of the run history (trend_*) need no analysis stages
     from ..analysis import Analysis
-    from ..hang_analysis import HangAnalysis
+    from ..hangs.analysis import HangAnalysis
 
 
 def render(a: Analysis | HangAnalysis, fmt: str, show_steps: bool = False, wide: bool = False) -> str:
-    from ..hang_analysis import HangAnalysis  # here: the trend presenters import this package without any stage
+    from ..hangs.analysis import HangAnalysis  # here: the trend presenters import this package without any stage
 
     if isinstance(a, HangAnalysis):  # Flight Recorder input: hang triage, not a timeline
         from . import hang, hang_json

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..compare import Comparison
+from ..compare.diff import Comparison
 
 FORMATS = ("text", "json", "markdown", "html")
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..compare import Comparison, Delta
+from ..compare.diff import Comparison, Delta
 from .json import clean, dumps
 
 SCHEMA = "commscope.comparison/1"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-from ..compare import Comparison, Delta
+from ..compare.diff import Comparison, Delta
 from .compare_text import describe, straggler_lines
 
 

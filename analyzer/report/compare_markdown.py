@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..compare import Comparison, Delta
+from ..compare.diff import Comparison, Delta
 from .compare_text import change, confidence, label, run_line, status, straggler_lines, summary, value
 from .md import table
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..compare import Comparison, Delta, StragglerChange
+from ..compare.diff import Comparison, Delta, StragglerChange
 
 LABELS = {
     "step_time_ms": "step time", "compute_ms": "compute", "exposed_comm_ms": "exposed comm",

@@ -6,7 +6,7 @@ and text, Markdown, HTML and the dashboard all print it.
 
 from __future__ import annotations
 
-from ..hang_analysis import HangAnalysis
+from ..hangs.analysis import HangAnalysis
 from ..rules import size_text
 from ..views.hang import headline, ranks_text
 

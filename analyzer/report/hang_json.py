@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from ..hang_analysis import HangAnalysis
+from ..hangs.analysis import HangAnalysis
 from ..rules import NS_PER_S
 from .json import SCHEMA, _records, clean, dumps
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from ..hang_analysis import HangAnalysis
+from ..hangs.analysis import HangAnalysis
 from ..rules import NS_PER_S, size_text
 
 MAX_ALSO = 5  # further stuck groups named under the headline

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from ..hang_analysis import HangAnalysis
+from ..hangs.analysis import HangAnalysis
 
 STATES = ("all completed", "entered, waiting", "never entered / no dump")
 COLORS = ("#54A24B", "#F58518", "#E45756")

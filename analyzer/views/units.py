@@ -1,9 +1,9 @@
-"""Units at the edge for presenters: the ms view of an ``Analysis`` (``analyzer.units``, which holds ns
+"""Units at the edge for presenters: the ms view of an ``Analysis`` (``analyzer.analysis.units``, which holds ns
 inside) and ``num``, how a plain number reads in a table cell."""
 
 from __future__ import annotations
 
-from ..units import MsTables, ms, ms_dict, ms_frame, ms_name, ms_tables
+from ..analysis.units import MsTables, ms, ms_dict, ms_frame, ms_name, ms_tables
 
 __all__ = ["MsTables", "ms", "ms_dict", "ms_frame", "ms_name", "ms_tables", "num"]
 
