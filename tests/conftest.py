@@ -21,6 +21,11 @@ SHARED = ROOT.parent / "shared" / "traces"
 _CACHE_DIRS: list[str] = []
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--update-docs", action="store_true",
+                     help="tests/test_docs.py: write the outputs the examples print now into README.md and docs/")
+
+
 def pytest_configure(config: pytest.Config) -> None:
     # tests never touch the user's cache directory, and each session starts with an empty one: set before
     # collection so module-scoped fixtures and CLI subprocesses see it too. Per session, not per import: a

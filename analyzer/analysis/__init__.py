@@ -21,6 +21,34 @@ from . import cache as analysis_cache
 
 @dataclass(frozen=True)
 class Analysis:
+    """One job's analysis: what ``analyzer.analyze`` returns and every presenter renders.
+
+    Every table is a Polars DataFrame with the columns of the JSON report, times in ns (``exposed_comm_ns`` where the
+    report says ``exposed_comm_ms``); ``analyzer.analysis.units.ms_tables`` converts them as the presenters do.
+
+    Attributes:
+        source: What was read (paths, format, ranks, world size, skipped files): the report's ``source``.
+        ranks: One row per rank over the whole captured window.
+        steps: One row per rank and step window.
+        collectives: One row per matched collective instance or send/recv pair.
+        bandwidth: Medians per operation, size bucket and intra/inter node.
+        ranking: Every rank by root-caused wait.
+        verdict: The first of ``roots``: the rank that holds the job back, or None.
+        roots: Independent root stragglers, most costly first.
+        clock: The clock fit: method, offsets per rank, uncertainty.
+        matching: Counts of what matched across ranks and what did not.
+        warnings: Everything missing or guessed.
+        process_groups: One row per process group with its parallelism dimension.
+        dimensions: One row per rank and dimension.
+        pipeline: Per pipeline stage: bubbles and recv waits (None without a pipeline).
+        experts: All-to-all bytes per peer and imbalance (None without split sizes).
+        graph: The cross-rank dependency graph and its clock.
+        critical_path: Per step and rank on the path: compute, exposed transfer, wait, host/idle.
+        whatif: The replay and its scenarios.
+        counterfactual: S, the attribution, M_W and M_S (it decides the verdict).
+        inspector: NCCL Inspector input: bandwidth, slow links, waits (None otherwise).
+    """
+
     source: dict
     # times are ns (``*_ns``) in every table; presenters turn them into the JSON's ms at the edge
     # (analyzer.views.units.ms_tables)

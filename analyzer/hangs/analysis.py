@@ -17,12 +17,22 @@ from . import hang as hang_metric
 
 @dataclass(frozen=True)
 class HangAnalysis:
+    """Hang triage of Flight Recorder dumps: what ``analyzer.triage`` returns.
+
+    Attributes:
+        source: What was read (paths, versions, encodings, entries).
+        result: Every stuck group (roots first), the process groups, the group x seq grid, unmatched send/recv and
+            the ranks without a dump.
+        warnings: Dumps skipped, and why.
+    """
+
     source: dict
     result: hang_metric.Hang
     warnings: tuple[str, ...]
 
     @property
     def hang(self) -> dict | None:
+        """The root hang, as the JSON report's ``hang`` (None: no group hangs)."""
         return self.result.hang
 
 

@@ -47,6 +47,22 @@ class ChainLink:
 
 @dataclass(frozen=True)
 class Verdict:
+    """A root straggler: who, why, how sure, and what fixing it saves (the report's ``stragglers.roots[]``; times
+    in ns).
+
+    Attributes:
+        rank: The rank.
+        kind: ``host`` (its GPU sat idle while the others waited), ``compute`` (it ran more GPU work) or ``unknown``.
+        root_caused_wait_ns: Wait, anywhere, that traces back to its own compute or host time.
+        caused_wait_ns: The others' wait in the instances where it arrived last.
+        confidence: 1 - the p-value of the test that named it.
+        chronic: Late in most steps, not once.
+        chain: How the delay spread: the groups it delayed, then through whom.
+        saving_ns: What making it ideal saves per step (the ``no_straggler`` scenario).
+        saving_pct: The same, in percent of the step.
+        added_ns: What putting its measured durations back into the ideal run adds per step.
+    """
+
     rank: int
     kind: str  # "host" | "compute" | "unknown"
     caused_wait_ns: float

@@ -12,14 +12,13 @@ from datetime import datetime, timezone
 from ..hangs.analysis import HangAnalysis
 from ..rules import NS_PER_S
 from .json import SCHEMA, _records, clean, dumps
+from .schema import ANALYSIS, fields
+from .schema_inputs import FLIGHT_RECORDER, HANG
 
-HANG_FIELDS = ("group", "dimension", "seq", "op", "bytes", "dtype", "waiting", "missing", "mismatched",
-               "last_completed", "stacks", "kind", "pg", "desc", "group_ranks", "src", "dst", "no_dump",
-               "completed", "since_ns", "since_utc", "root", "blocked_by", "last_entry")
-GROUP_FIELDS = ("pg", "desc", "ranks", "size", "dimension", "dimension_source", "guess", "intra_node", "label",
-                "state", "members_source")
-GRID_FIELDS = ("label", "seq", "op", "size", "completed", "waiting", "missing", "no_dump")
-P2P_FIELDS = ("pg", "op", "src", "dst", "rank", "peer", "seq", "bytes", "dtype", "since_ns", "peer_has_dump")
+HANG_FIELDS = fields(HANG)  # the keys in order, from the declared contract (report/schema.py)
+GROUP_FIELDS = fields(ANALYSIS["properties"]["process_groups"], "flight_recorder")
+GRID_FIELDS = fields(FLIGHT_RECORDER["properties"]["grid"])
+P2P_FIELDS = fields(FLIGHT_RECORDER["properties"]["p2p_unmatched"])
 
 
 def _hang(h: dict | None) -> dict | None:

@@ -1,4 +1,4 @@
-"""The versioned JSON contract (``commscope.analysis/1``, documented in the README).
+"""The versioned JSON contract (``commscope.analysis/1``, declared in ``report/schema.py``).
 
 Field names are part of the interface. Missing values are null, never NaN; rows are in a fixed order.
 """
@@ -19,28 +19,17 @@ from ..rules import NS_PER_MS, NS_PER_US
 from ..views.counterfactual import counterfactual_dict
 from ..views.units import ms_dict, ms_frame, ms_tables
 from ..views.whatif import critical_path_records, whatif_dict
+from .schema import ANALYSIS, SCHEMA_ID, fields
 
-SCHEMA = "commscope.analysis/1"
+SCHEMA = SCHEMA_ID
 
-RANK_FIELDS = (
-    "rank", "steps", "compute_ms", "comm_ms", "overlapped_comm_ms", "exposed_comm_ms", "overlap_pct",
-    "exposed_wait_ms", "exposed_transfer_ms", "idle_ms", "memcpy_ms", "wait_ms", "caused_wait_ms",
-    "root_caused_wait_ms", "propagated_wait_ms", "last_arrival_pct", "span_ms", "busy_ms", "compute_only_ms",
-)
-STEP_FIELDS = (
-    "rank", "step", "start_ms", "span_ms", "compute_ms", "comm_ms", "overlapped_comm_ms", "exposed_comm_ms",
-    "overlap_pct", "exposed_wait_ms", "exposed_transfer_ms", "compute_only_ms", "memcpy_ms", "idle_ms", "wait_ms",
-    "caused_wait_ms", "root_caused_wait_ms",
-)
-COLLECTIVE_FIELDS = (
-    "pg", "seq", "op", "step", "bytes", "ranks", "group_size", "transfer_ms", "max_wait_ms", "total_wait_ms",
-    "last_rank", "arrival_skew_ms", "end_skew_ms", "algbw_gbps", "busbw_gbps", "start_ms", "has_meta",
-    "match_rule", "partial", "dimension", "intra_node",
-)
-
-PROCESS_GROUP_FIELDS = ("pg", "desc", "ranks", "size", "dimension", "dimension_source", "guess", "intra_node")
-DIMENSION_FIELDS = ("rank", "dimension", "comm_ms", "exposed_comm_ms", "exposed_wait_ms", "exposed_transfer_ms",
-                    "wait_ms", "root_caused_wait_ms", "busbw_gbps_p50")
+# The records' keys, in order, come from the declared contract (report/schema.py), which the docs render
+_P = ANALYSIS["properties"]
+RANK_FIELDS = tuple(f for f in fields(_P["ranks"]) if f != "step_time_ms")  # step_time_ms: nested, built below
+STEP_FIELDS = fields(_P["steps"])
+COLLECTIVE_FIELDS = fields(_P["collectives"])
+PROCESS_GROUP_FIELDS = fields(_P["process_groups"])
+DIMENSION_FIELDS = fields(_P["dimensions"])
 
 
 def clean(value: Any) -> Any:
@@ -191,8 +180,7 @@ def to_dict(a: Analysis) -> dict:
     }
 
 
-PIPELINE_STAGE_FIELDS = ("stage", "ranks", "step_ms", "compute_ms", "bubble_ms", "bubble_pct", "warmup_bubble_ms",
-                         "steady_bubble_ms", "cooldown_bubble_ms", "recv_wait_ms", "caused_wait_ms")
+PIPELINE_STAGE_FIELDS = fields(_P["pipeline"]["properties"]["stages"])
 
 
 def _pipeline(p: dict | None) -> dict | None:
