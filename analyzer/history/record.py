@@ -58,7 +58,7 @@ def check(target: str, create: bool) -> None:
 def _target(target: str | None) -> str:
     from .store import default_target
 
-    return target or default_target()
+    return target if target is not None else default_target()
 
 
 def trend(target: str | None, metrics: list[str], since: str | None, labels: dict[str, str], per_rank: bool

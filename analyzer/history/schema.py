@@ -84,7 +84,13 @@ def version(conn: Any, d: Dialect) -> int:
     if "commscope_meta" not in d.tables(conn):
         return 0
     row = conn.execute(d.sql("SELECT value FROM commscope_meta WHERE key = 'schema_version'")).fetchone()
-    return int(row[0]) if row else 0
+    if not row:
+        return 0
+    text = str(row[0]).strip()
+    # ASCII digits only, and a few of them: '1e400', '-1', '²' or a 10,000-digit number are damage, not versions
+    if not (text.isascii() and text.isdigit() and len(text) <= 6) or int(text) < 1:
+        raise ValueError(f"schema_version {text[:40]!r} is not a version")
+    return int(text)
 
 
 def app(conn: Any, d: Dialect) -> str | None:
