@@ -23,7 +23,8 @@ MIN_SECRET = 4  # shorter remembered values are not replaced as bare text (they 
 
 _SCHEME = re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://")
 _TOKEN_END = re.compile(r"[\s'\"<>]")  # a URL in a text ends at whitespace or a quote
-_PAIR = re.compile(r"(?i)\b((?:ssl)?pass(?:word|wd)?|pwd)(\s*=\s*)('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|[^&\s'\"]*)")
+# a value is never empty nor starts with '=': base64 padding ('.../pass==') is no password pair
+_PAIR = re.compile(r"(?i)\b((?:ssl)?pass(?:word|wd)?|pwd)(\s*=\s*)('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|(?!=)[^&\s'\"]+)")
 _secrets: set[str] = set()
 
 
