@@ -192,7 +192,7 @@ def load(paths: list[Path], options: LoadOptions | None = None) -> TraceSet:
         from .inspector.reader import load_logs
 
         return load_logs(files, options.ranks, options.jobs)
-    derived_key = _derived_key(files, options)  # before reading, as each rank's entry is keyed
+    derived_key = _derived_key(files, options)  # before reading, as each rank's entry is keyed (key, rank keys)
     results = [*set_aside, *_read_all(files, options)]
     if options.cache and not options.scheduler:
         from .cachedir import mark_seen
@@ -222,8 +222,9 @@ def load(paths: list[Path], options: LoadOptions | None = None) -> TraceSet:
     return assemble(traces, skipped, warnings, options.step_marker, derived_key)
 
 
-def _derived_key(files: list[TraceFile], options: LoadOptions) -> str | None:
-    """The key of the job's cached derived tables (``derived.py``); None without the cache."""
+def _derived_key(files: list[TraceFile], options: LoadOptions) -> tuple[str, list[str]] | None:
+    """The key of the job's cached derived tables (``derived.py``) and the ranks' cache keys it is derived from;
+    None without the cache."""
     if not options.cache or any(f.format in UNCACHED for f in files):  # op tables are never cached, nor what they derive
         return None
     from . import derived
@@ -234,7 +235,7 @@ def _derived_key(files: list[TraceFile], options: LoadOptions) -> str | None:
                                           step_marker=options.step_marker)) for tf in files]
         return derived.job_key(keys, [options.step_marker, sorted((options.rank_map or {}).items()),
                                       list(options.ranks) if options.ranks is not None else None, options.layout,
-                                      repr(options.limits)])
+                                      repr(options.limits)]), keys
     except OSError:  # a file gone meanwhile, or commscope's source unreadable: derived afresh, not cached
         return None
 
@@ -380,7 +381,7 @@ def _concat(schema: dict[str, pl.DataType], frames: list[pl.DataFrame],
 
 
 def assemble(traces: list[RankTrace], skipped: list[Skipped], warnings: list[str],
-             step_marker: str | None = None, derived_key: str | None = None) -> TraceSet:
+             step_marker: str | None = None, derived_key: tuple[str, list[str]] | None = None) -> TraceSet:
     """The job's tables; with ``derived_key``, the checked GPU table, steps and collectives come from the
     job's cached entry where there is one (``derived.py``), and are stored there otherwise."""
     gpu = _concat(GPU_SCHEMA, [t.gpu for t in traces], GPU_OPTIONAL)
@@ -388,13 +389,13 @@ def assemble(traces: list[RankTrace], skipped: list[Skipped], warnings: list[str
     if derived_key is not None:
         from . import derived
 
-        hit = derived.load(derived_key)
+        hit = derived.load(*derived_key)
         if hit is not None:
             warnings.extend(hit.warnings)
             return TraceSet(
                 ranks=tuple(t.meta for t in traces), gpu=gpu if hit.gpu is None else hit.gpu, cpu=cpu,
                 collectives=hit.collectives, steps=hit.steps, skipped=tuple(skipped), warnings=tuple(warnings),
-                job_key=derived_key,
+                job_key=derived_key[0],
             )
     said = len(warnings)
     raw = gpu
@@ -429,10 +430,10 @@ def assemble(traces: list[RankTrace], skipped: list[Skipped], warnings: list[str
         from . import derived
 
         same = gpu.height == raw.height and gpu.equals(raw)  # the checks fixed nothing: the ranks' tables are it
-        derived.store(derived_key, derived.Derived(None if same else gpu, steps, table, warnings[said:]))
+        derived.store(*derived_key, derived.Derived(None if same else gpu, steps, table, warnings[said:]))
     return TraceSet(
         ranks=tuple(t.meta for t in traces), gpu=gpu, cpu=cpu, collectives=table, steps=steps,
-        skipped=tuple(skipped), warnings=tuple(warnings), job_key=derived_key,
+        skipped=tuple(skipped), warnings=tuple(warnings), job_key=derived_key[0] if derived_key else None,
     )
 
 
