@@ -20,12 +20,18 @@ FORMATS = ("text", "json", "markdown", "html")
 
 
 def _rank_map(values: tuple[str, ...]) -> dict[str, int]:
+    from ..ingest.limits import ascii_int, rank_problem
+
+    limit = limits_from_context().max_ranks
     out: dict[str, int] = {}
     for v in values:
         key, sep, rank = v.rpartition("=")
-        if not sep or not rank.strip().isdigit():
+        n = ascii_int(rank)
+        if not sep or n is None:
             raise click.BadParameter(f"{v!r}: expected FILE=RANK (or FILE:PID=RANK for Nsight reports)")
-        out[key] = int(rank)
+        if problem := rank_problem(n, limit):
+            raise click.BadParameter(f"{v!r}: {problem}")
+        out[key] = n
     return out
 
 
@@ -99,7 +105,7 @@ def dimension_options(f: Callable) -> Callable:
 def dim_options(layout: str | None, layout_order: str | None, gpus_per_host: int):
     from ..crossrank.groups import Options, parse_layout
 
-    return Options(layout=parse_layout(layout, layout_order), gpus_per_host=gpus_per_host)
+    return Options(layout=parse_layout(layout, layout_order, limits_from_context().max_ranks), gpus_per_host=gpus_per_host)
 
 
 def history_run_options(f: Callable) -> Callable:

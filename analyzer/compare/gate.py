@@ -14,6 +14,7 @@ mean nothing. ``compare`` refuses (exit 2) when any reason below holds, unless t
 from __future__ import annotations
 
 from collections.abc import Iterable
+from itertools import islice
 
 import polars as pl
 
@@ -21,6 +22,7 @@ from ..analysis import Analysis
 from ..ranklist import compact
 
 STEP_COUNT_TOLERANCE_PCT = 50.0  # 4 steps against 8 still compares; 2 against 8 does not
+MISSING_LISTED = 64  # missing ranks named in the message; the rest counted
 
 
 def _compact(ranks: Iterable[int]) -> str:
@@ -42,14 +44,16 @@ def _incomplete(label: str, a: Analysis, selected: tuple[int, ...] | None) -> li
         out.append(f"{label} skipped {len(skipped)} input(s): {first['path']}: {first['reason']}{more}")
     declared = _declared(a)
     analyzed = set(a.source.get("ranks") or [])
-    if declared:
-        wanted = set(range(int(declared)))
-        if selected is not None:
-            wanted &= set(selected)
-        missing = wanted - analyzed
-        if missing and not skipped:  # a skipped file already explains its missing rank
+    if declared and not skipped:  # a skipped file already explains its missing rank
+        # counted and listed lazily: a declared world of 3 billion must not become a set of 3 billion
+        n = int(declared)
+        wanted = range(n) if selected is None else sorted({r for r in selected if 0 <= r < n})
+        n_missing = len(wanted) - len({r for r in analyzed if 0 <= r < n and (selected is None or r in selected)})
+        if n_missing > 0:
+            first = list(islice((r for r in wanted if r not in analyzed), MISSING_LISTED))
+            more = f" and {n_missing - len(first):,} more" if n_missing > len(first) else ""
             out.append(f"{label} analyzed {len(analyzed)} of {declared} declared ranks (missing rank(s) "
-                       f"{_compact(missing)})")
+                       f"{_compact(first)}{more})")
     return out
 
 

@@ -38,7 +38,7 @@ from .discover import TraceFile, discover_all
 from .hygiene import drop_invalid_gpu
 from .lean import lean_reader, read_lean
 from .limits import DEFAULT as DEFAULT_LIMITS
-from .limits import Limits
+from .limits import Limits, rank_problem, world_problem
 from .sanity import check_gpu
 from .workers import no_main_reimport, parse_bytes, pool_pays, prestart, worker_context
 
@@ -192,8 +192,9 @@ def load(paths: list[Path], options: LoadOptions | None = None) -> TraceSet:
         from .inspector.reader import load_logs
 
         return load_logs(files, options.ranks, options.jobs)
+    files, past = _within_max_ranks(files, options)
     derived_key = _derived_key(files, options)  # before reading, as each rank's entry is keyed (key, rank keys)
-    results = [*set_aside, *_read_all(files, options)]
+    results = [*set_aside, *past, *_read_all(files, options)]
     if options.cache and not options.scheduler:
         from .cachedir import mark_seen
 
@@ -207,6 +208,8 @@ def load(paths: list[Path], options: LoadOptions | None = None) -> TraceSet:
             traces.extend(res)
     traces, invalid, dropped = drop_invalid_gpu(traces)
     skipped += invalid
+    traces, too_big = _ranks_within(traces, options.limits.max_ranks)
+    skipped += too_big
     if not traces:
         if len(skipped) == 1:
             raise TraceError(skipped[0].path, skipped[0].reason.split(": ", 1)[-1])
@@ -220,6 +223,37 @@ def load(paths: list[Path], options: LoadOptions | None = None) -> TraceSet:
     warnings += dropped + [f"skipped {s.reason}" if s.reason.startswith(s.path) else f"skipped {s.path}: {s.reason}"
                            for s in skipped]
     return assemble(traces, skipped, warnings, options.step_marker, derived_key)
+
+
+def _within_max_ranks(files: list[TraceFile], options: LoadOptions) -> tuple[list[TraceFile], list[Skipped]]:
+    """``--max-ranks`` before reading: a ``--rank-map`` value past it is a usage error, a file whose name gives
+    a rank past it is skipped (named): a world of that many ranks would be built from one file name."""
+    limit = options.limits.max_ranks
+    for name, rank in (options.rank_map or {}).items():
+        if problem := rank_problem(rank, limit):
+            raise UsageError(f"--rank-map {name}={rank}: {problem}")
+    kept, past = [], []
+    for tf in files:
+        problem = rank_problem(tf.rank_hint, limit) if tf.rank_hint is not None else None
+        if problem:
+            past.append(Skipped(str(tf.path), f"{tf.path}: {problem} (from its file name; set its rank with "
+                                              "--rank-map FILE=RANK)"))
+        else:
+            kept.append(tf)
+    return kept, past
+
+
+def _ranks_within(traces: list[RankTrace], limit: int) -> tuple[list[RankTrace], list[Skipped]]:
+    """Ranks whose number or declared world size is past ``--max-ranks``: skipped, named."""
+    kept, past = [], []
+    for t in traces:
+        problem = (rank_problem(t.meta.rank, limit) if t.meta.rank >= 0 else None) or world_problem(
+            t.meta.world_size, limit)
+        if problem:
+            past.append(Skipped(t.meta.source, f"{t.meta.source}: {problem}"))
+        else:
+            kept.append(t)
+    return kept, past
 
 
 def _derived_key(files: list[TraceFile], options: LoadOptions) -> tuple[str, list[str]] | None:
