@@ -48,13 +48,10 @@ def load_options(rank_map: tuple[str, ...], step_marker: str | None, jobs: int |
                  no_cache: bool, layout: str | None = None):
     from ..ingest.loader import LoadOptions
 
-    if step_marker:
-        import re
+    if step_marker:  # one line now, before any file is read (analyzer/patterns.py: linear time or refused)
+        from ..patterns import check
 
-        try:
-            re.compile(step_marker)
-        except re.error as exc:
-            raise click.BadParameter(f"--step-marker {step_marker!r}: {exc}") from None
+        check(step_marker, "--step-marker")
     return LoadOptions(rank_map=_rank_map(rank_map), step_marker=step_marker, jobs=jobs, ranks=_ranks(ranks),
                        cache=not no_cache, layout=layout, limits=limits_from_context())
 
