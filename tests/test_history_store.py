@@ -160,7 +160,7 @@ def test_two_processes_creating_a_new_sqlite_store_at_once(tmp_path):
     errs = [p.communicate(timeout=240)[1] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], errs
     with Store.open(target, create=False) as store:
-        assert store.version == 3 and store.runs().height == 30
+        assert store.version == 4 and store.runs().height == 30
 
 
 # ---------------------------------------------------------------------------------------------- migrations
@@ -194,7 +194,7 @@ def test_v1_sqlite_store_is_migrated_with_its_data(tmp_path):
     path = tmp_path / "v1.sqlite"
     _v1_sqlite(path)
     with Store.open(str(path), create=False) as store:
-        assert store.version == 3
+        assert store.version == 4
         rec = store.run("old1")
         assert rec["labels"] == {"branch": "main", "commit": "abc"}
         assert rec["verdict"] == {"rank": 2, "kind": "host"} and rec["fingerprints"] == []
@@ -208,7 +208,7 @@ def test_v1_sqlite_store_is_migrated_with_its_data(tmp_path):
         assert build(store, labels={"commit": "abc"}).runs["run_id"].to_list() == ["old1"]
         store.add_run(pl.DataFrame([_row("step_time_ms", 99.0, item="x")], schema=ROW_SCHEMA), {}, run_id="new")
     with Store.open(str(path), create=False) as store:  # reopening: already current, nothing re-run
-        assert store.version == 3 and store.runs()["run_id"].to_list() == ["old1", "old2", "new"]
+        assert store.version == 4 and store.runs()["run_id"].to_list() == ["old1", "old2", "new"]
     con = sqlite3.connect(path)
     indexes = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
     con.close()
@@ -234,7 +234,7 @@ def test_v1_postgres_store_is_migrated_with_its_data(pg_cluster):
         ):
             con.execute(stmt)
     with Store.open(url, create=False) as store:
-        assert store.version == 3
+        assert store.version == 4
         assert store.run("old1")["labels"] == {"branch": "main"}
         assert store.metrics()["value"].to_list() == [101.5]
 

@@ -23,6 +23,7 @@ from ..ranklist import compact
 
 STEP_COUNT_TOLERANCE_PCT = 50.0  # 4 steps against 8 still compares; 2 against 8 does not
 MISSING_LISTED = 64  # missing ranks named in the message; the rest counted
+LAYOUT_STORED = "layout_stored"  # source key of a stored run (history/stored.py): False where it has no layout
 
 
 def _compact(ranks: Iterable[int]) -> str:
@@ -87,6 +88,10 @@ def mismatches(base: Analysis, new: Analysis, selected: tuple[int, ...] | None =
         out.append(f"the runs have different world sizes: BASE {nb} ranks, NEW {nn} ranks")
     elif wb and wn and wb != wn:
         out.append(f"the runs declare different world sizes: BASE {wb}, NEW {wn}")
+    for label, a in (("BASE", base), ("NEW", new)):
+        if a.source.get(LAYOUT_STORED) is False:
+            out.append(f"{label} is a run stored by an older commscope without its process groups, so its layout "
+                       "cannot be checked (add the run to the history again and point the baseline at it)")
     lb, ln = _layout(base), _layout(new)
     if nb == nn and lb and ln and lb != ln:
         out.append(f"the runs have different layouts: BASE process groups {_layout_text(lb)}, NEW "

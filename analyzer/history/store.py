@@ -156,8 +156,9 @@ class Store:
     @_driver_errors
     def add_run(self, rows: pl.DataFrame, source: dict, run_id: str | None = None, labels: dict[str, str] | None = None,
                 verdict: dict | None = None, fingerprints: list[dict] | None = None, tool_version: str | None = None,
-                added_at: str | None = None) -> str:
-        """Store one run whole (one transaction); returns its ID. An existing ID is refused."""
+                added_at: str | None = None, layout: list | None = None) -> str:
+        """Store one run whole (one transaction); returns its ID. An existing ID is refused. ``layout``: the run's
+        process groups as [dimension, member ranks] (``summary.layout``), for compare's comparability checks."""
         run_id = run_id or new_run_id()
         # the stored run goes through the same redaction as every printed text (a label may hold a URL)
         labels = {redact(str(k)): redact(str(v)) for k, v in (labels or {}).items()}
@@ -169,12 +170,12 @@ class Store:
                 if self._q("SELECT 1 FROM commscope_runs WHERE run_id = ?", (run_id,)):
                     raise StoreError(f"{self.target}: run {run_id!r} is already stored (give another --run ID)")
                 self.conn.execute(self.d.sql(
-                    "INSERT INTO commscope_runs (run_id, added_at, source, verdict, labels, tool_version, fingerprints)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?)"),
+                    "INSERT INTO commscope_runs (run_id, added_at, source, verdict, labels, tool_version, fingerprints,"
+                    " layout) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"),
                     (run_id, added_at or _now(), redact(json.dumps(source, sort_keys=True)),
                      None if verdict is None else json.dumps(verdict, sort_keys=True),
                      redact(json.dumps(labels, sort_keys=True)), tool_version,
-                     redact(json.dumps(fingerprints or []))))
+                     redact(json.dumps(fingerprints or [])), None if layout is None else json.dumps(layout)))
                 if labels:
                     self.d.insert_many(self.conn, "commscope_labels", ("run_id", "key", "value"),
                                        [(run_id, k, v) for k, v in sorted(labels.items())])
@@ -208,16 +209,17 @@ class Store:
 
     @_driver_errors
     def run(self, run_id: str) -> dict:
-        rows = self._q("SELECT seq, run_id, added_at, source, verdict, fingerprints, tool_version FROM commscope_runs "
-                       "WHERE run_id = ?", (run_id,))
+        rows = self._q("SELECT seq, run_id, added_at, source, verdict, fingerprints, tool_version, layout FROM "
+                       "commscope_runs WHERE run_id = ?", (run_id,))
         if not rows:
             raise StoreError(f"{self.target}: no run {run_id!r} in the store (commscope history trend lists them)")
-        seq, rid, added, source, verdict, fps, version = rows[0]
+        seq, rid, added, source, verdict, fps, version, layout = rows[0]
         labels = dict(self._q("SELECT key, value FROM commscope_labels WHERE run_id = ? ORDER BY key", (run_id,)))
         return {"seq": seq, "run_id": rid, "added_at": added, "source": self._json(source, dict, run_id, "source"),
                 "verdict": self._json(verdict, dict, run_id, "verdict") if verdict else None,
                 "fingerprints": self._json(fps or "[]", list, run_id, "fingerprints"),
-                "tool_version": version, "labels": labels}
+                "tool_version": version, "labels": labels,
+                "layout": self._json(layout, list, run_id, "layout") if layout is not None else None}
 
     def _json(self, text: object, kind: type, run_id: str, what: str) -> Any:
         """A JSON column of a stored run, parsed with its nesting bounded (a damaged store is one line, never a
