@@ -140,27 +140,29 @@ with Store.open(sys.argv[1]) as store:
 """
 
 
-def test_two_processes_adding_at_once_lose_nothing(target):
+WRITERS = (1, 2, 3, 4)  # issue #42: the guarantees hold for four writers at once
+
+
+def test_four_processes_adding_at_once_lose_nothing(target):
     Store.open(target).close()  # concurrent creation is covered below on a fresh file
     procs = [subprocess.Popen([sys.executable, "-c", WRITER, target, str(w), str(ROOT)], stderr=subprocess.PIPE)
-             for w in (1, 2)]
-    errs = [p.communicate(timeout=240)[1] for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], errs
+             for w in WRITERS]
+    errs = [p.communicate(timeout=300)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0] * len(WRITERS), errs
     with Store.open(target, create=False) as store:
         runs = store.runs()["run_id"].to_list()
-        assert sorted(runs) == sorted(f"w{w}-{i}" for w in (1, 2) for i in range(15))
+        assert sorted(runs) == sorted(f"w{w}-{i}" for w in WRITERS for i in range(15))
         per_run = store.metrics().group_by("run_id").len()
-    assert per_run["len"].to_list() == [series_rows(0, np.random.default_rng(0)).height] * 30
+    assert per_run["len"].to_list() == [series_rows(0, np.random.default_rng(0)).height] * 15 * len(WRITERS)
 
 
-def test_two_processes_creating_a_new_sqlite_store_at_once(tmp_path):
-    target = str(tmp_path / "new.sqlite")
+def test_four_processes_creating_a_new_store_at_once(target):
     procs = [subprocess.Popen([sys.executable, "-c", WRITER, target, str(w), str(ROOT)], stderr=subprocess.PIPE)
-             for w in (1, 2)]
-    errs = [p.communicate(timeout=240)[1] for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], errs
+             for w in WRITERS]
+    errs = [p.communicate(timeout=300)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0] * len(WRITERS), errs
     with Store.open(target, create=False) as store:
-        assert store.version == 4 and store.runs().height == 30
+        assert store.version == 4 and store.runs().height == 15 * len(WRITERS)
 
 
 # ---------------------------------------------------------------------------------------------- migrations

@@ -74,7 +74,8 @@ def meta_path(trace: Path) -> Path | None:
     names = [f"{stem}.meta.yaml", f"{stem}.meta.yml"]
     if stem.startswith("trace-"):
         names += [f"meta-{stem[6:]}.yaml", f"meta-{stem[6:]}.yml"]
-    return next((trace.parent / n for n in names if (trace.parent / n).is_file()), None)
+    # exists, not is_file: a FIFO or a device in its place is refused by read_meta, not silently ignored
+    return next((trace.parent / n for n in names if (trace.parent / n).exists()), None)
 
 
 def _bounded_yaml(text: str) -> object:
