@@ -117,7 +117,8 @@ def history_run_options(f: Callable) -> Callable:
 
 def store_option(f: Callable) -> Callable:
     return click.option("--store", metavar="STORE", help="The run history: an SQLite file or a postgresql:// URL "
-                        "(default $COMMSCOPE_HISTORY, else commscope-history.sqlite in the current folder).")(f)
+                        "(default $COMMSCOPE_HISTORY, else commscope-history.sqlite in the current folder). Keep the "
+                        "password out of the URL: PGPASSWORD, ~/.pgpass or a service file; it is never printed.")(f)
 
 
 def hang_triage(paths: tuple[Path, ...], rank_map: tuple[str, ...], layout: str | None, layout_order: str | None,
@@ -146,7 +147,8 @@ def main() -> None:
 @click.option("--whatif", "whatif_specs", multiple=True, metavar="busbw:OP=GBPS",
               help="Also replay with transfers at this bus bandwidth (repeatable), e.g. busbw:all_reduce=400.")
 @click.option("--history", "history_store", metavar="STORE",
-              help="Also add this run to the run history (an SQLite file or a postgresql:// URL).")
+              help="Also add this run to the run history (an SQLite file or a postgresql:// URL; the password "
+                   "from PGPASSWORD, ~/.pgpass or a service file).")
 @history_run_options
 @common_load_options
 @dimension_options
