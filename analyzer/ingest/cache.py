@@ -116,10 +116,13 @@ def load_entries(folders: list[Path]) -> list[list[RankTrace] | None]:
     entries = [_manifest(f, shared) for f in folders]
     root = folders[0].parent if folders else None
     wanted = sorted({name for es in entries if es for name in es[1]})
-    actual = files_digests([root / name for name in wanted]) if root is not None else []
-    found = dict(zip(wanted, actual))
+    base = str(root)
+    found = dict(zip(wanted, files_digests([os.path.join(base, n) for n in wanted]))) if root is not None else {}
     proven: list[list[dict] | None] = [
         es[0] if es is not None and all(found.get(n) == d for n, d in es[1].items()) else None for es in entries]
+    for folder, es, ok in zip(folders, entries, proven):
+        if es is not None and ok is None:
+            _digests.pop(str(folder), None)  # read but not proven: no derived entry may count on it
     packs = _read_packs(sorted({e["pack"] for es in proven if es for e in es}), root)
     out: list[list[RankTrace] | None] = []
     for es in proven:

@@ -192,9 +192,9 @@ def load(paths: list[Path], options: LoadOptions | None = None) -> TraceSet:
         from .inspector.reader import load_logs
 
         return load_logs(files, options.ranks, options.jobs)
-    files, past = _within_max_ranks(files, options)
+    files, named = _within_max_ranks(files, options)
     derived_key = _derived_key(files, options)  # before reading, as each rank's entry is keyed (key, rank keys)
-    results = [*set_aside, *past, *_read_all(files, options)]
+    results = [*set_aside, *_read_all(files, options)]
     if options.cache and not options.scheduler:
         from .cachedir import mark_seen
 
@@ -215,6 +215,7 @@ def load(paths: list[Path], options: LoadOptions | None = None) -> TraceSet:
             raise TraceError(skipped[0].path, skipped[0].reason.split(": ", 1)[-1])
         raise UsageError("no rank could be read: " + "; ".join(s.reason for s in skipped))
     traces, warnings = _settle_ranks(traces)
+    warnings = named + warnings
     warnings += check_job(traces)  # ranks that cannot be one job: one line, exit 2
     if options.ranks is not None:
         traces = [t for t in traces if t.meta.rank in options.ranks]
@@ -225,22 +226,22 @@ def load(paths: list[Path], options: LoadOptions | None = None) -> TraceSet:
     return assemble(traces, skipped, warnings, options.step_marker, derived_key)
 
 
-def _within_max_ranks(files: list[TraceFile], options: LoadOptions) -> tuple[list[TraceFile], list[Skipped]]:
-    """``--max-ranks`` before reading: a ``--rank-map`` value past it is a usage error, a file whose name gives
-    a rank past it is skipped (named): a world of that many ranks would be built from one file name."""
+def _within_max_ranks(files: list[TraceFile], options: LoadOptions) -> tuple[list[TraceFile], list[str]]:
+    """``--max-ranks`` before reading: a ``--rank-map`` value past it is a usage error; a number in a file name
+    past it is no rank (a job id, a pid: ``step_based_trace_2543932.json``): the file is read as one without a
+    rank in its name, and a warning says so. A world of that many ranks is never built from a file name."""
     limit = options.limits.max_ranks
     for name, rank in (options.rank_map or {}).items():
         if problem := rank_problem(rank, limit):
             raise UsageError(f"--rank-map {name}={rank}: {problem}")
-    kept, past = [], []
+    kept, said = [], []
     for tf in files:
-        problem = rank_problem(tf.rank_hint, limit) if tf.rank_hint is not None else None
-        if problem:
-            past.append(Skipped(str(tf.path), f"{tf.path}: {problem} (from its file name; set its rank with "
-                                              "--rank-map FILE=RANK)"))
-        else:
-            kept.append(tf)
-    return kept, past
+        if tf.rank_hint is not None and rank_problem(tf.rank_hint, limit):
+            said.append(f"{tf.path.name}: the number {tf.rank_hint:,} in its file name is past --max-ranks {limit:,}: "
+                        "not taken as its rank (set one with --rank-map FILE=RANK)")
+            tf = replace(tf, rank_hint=None)
+        kept.append(tf)
+    return kept, said
 
 
 def _ranks_within(traces: list[RankTrace], limit: int) -> tuple[list[RankTrace], list[Skipped]]:
