@@ -214,6 +214,7 @@ def load(paths: list[Path], options: LoadOptions | None = None) -> TraceSet:
         if len(skipped) == 1:
             raise TraceError(skipped[0].path, skipped[0].reason.split(": ", 1)[-1])
         raise UsageError("no rank could be read: " + "; ".join(s.reason for s in skipped))
+    named = _dropped_hints(traces, named, options.limits.max_ranks)
     traces, warnings = _settle_ranks(traces)
     warnings = named + warnings
     warnings += check_job(traces)  # ranks that cannot be one job: one line, exit 2
@@ -226,22 +227,28 @@ def load(paths: list[Path], options: LoadOptions | None = None) -> TraceSet:
     return assemble(traces, skipped, warnings, options.step_marker, derived_key)
 
 
-def _within_max_ranks(files: list[TraceFile], options: LoadOptions) -> tuple[list[TraceFile], list[str]]:
+def _within_max_ranks(files: list[TraceFile], options: LoadOptions) -> tuple[list[TraceFile], dict[str, int]]:
     """``--max-ranks`` before reading: a ``--rank-map`` value past it is a usage error; a number in a file name
     past it is no rank (a job id, a pid: ``step_based_trace_2543932.json``): the file is read as one without a
-    rank in its name, and a warning says so. A world of that many ranks is never built from a file name."""
+    rank in its name (returned: path -> the number, for the warning where no other rank is found). A world of
+    that many ranks is never built from a file name."""
     limit = options.limits.max_ranks
     for name, rank in (options.rank_map or {}).items():
         if problem := rank_problem(rank, limit):
             raise UsageError(f"--rank-map {name}={rank}: {problem}")
-    kept, said = [], []
+    kept, dropped = [], {}
     for tf in files:
         if tf.rank_hint is not None and rank_problem(tf.rank_hint, limit):
-            said.append(f"{tf.path.name}: the number {tf.rank_hint:,} in its file name is past --max-ranks {limit:,}: "
-                        "not taken as its rank (set one with --rank-map FILE=RANK)")
+            dropped[str(tf.path)] = tf.rank_hint
             tf = replace(tf, rank_hint=None)
         kept.append(tf)
-    return kept, said
+    return kept, dropped
+
+
+def _dropped_hints(traces: list[RankTrace], dropped: dict[str, int], limit: int) -> list[str]:
+    """The warning for each file whose name's number was no rank and that states none either."""
+    return [f"{Path(t.meta.source).name}: the number {dropped[t.meta.source]:,} in its file name is past --max-ranks "
+            f"{limit:,}: not taken as its rank" for t in traces if t.meta.rank < 0 and t.meta.source in dropped]
 
 
 def _ranks_within(traces: list[RankTrace], limit: int) -> tuple[list[RankTrace], list[Skipped]]:
