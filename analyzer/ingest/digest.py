@@ -39,13 +39,15 @@ def _open(path: Path | str, limit: int | None = None) -> tuple[int, int]:
 
 
 def _read_all(fd: int, size: int) -> bytes:
-    parts, got = [], 0
-    while True:
-        chunk = os.read(fd, max(size - got, 0) + 1)
-        if not chunk:
-            return b"".join(parts)
+    """The whole file: one read where it has the size fstat gave (a short read of a regular file is its end; a
+    file that grew since has other bytes than those recorded anyway), more reads where it was cut short."""
+    first = os.read(fd, size + 1)
+    if len(first) <= size and (len(first) == size or not first):
+        return first
+    parts = [first]
+    while chunk := os.read(fd, 1 << 20):
         parts.append(chunk)
-        got += len(chunk)
+    return b"".join(parts)
 
 
 def read_regular(path: Path | str, limit: int) -> bytes:
