@@ -56,10 +56,8 @@ def _userinfos(text: str) -> list[tuple[int, int, str]]:
         if at >= 0:
             info = text[begin:at]
             user, sep, _ = info.partition(":")
-            if sep and "/" not in user:
-                out.append((begin + len(user) + 1, at, user))
-            elif "/" in info or sep:
-                out.append((begin, at, ""))
+            if sep:  # no ':' is no password ('https://cdn/npm/@scope/pkg@1.0' is a path)
+                out.append((begin + len(user) + 1, at, user) if "/" not in user else (begin, at, ""))
         pos = end
     return out
 
@@ -80,6 +78,25 @@ def redact(text: str) -> str:
         if s in out:
             out = out.replace(s, MASK)
     return out
+
+
+_SCRIPT = re.compile(r"(<script\b[^>]*>)(.*?)(</script\s*>)", re.IGNORECASE | re.DOTALL)
+
+
+def redact_document(text: str) -> str:
+    """``redact`` for a whole report or page: an HTML document's scripts are left as they are (an embedded
+    plotly.js holds ``this.pass=a`` and URLs with '@': masking them would break the page; commscope's own text is
+    outside them), everything else is redacted."""
+    head = text[:512].lstrip().lower()
+    if not head.startswith(("<!doctype html", "<html")) or "<script" not in text:
+        return redact(text)
+    out, pos = [], 0
+    for m in _SCRIPT.finditer(text):
+        out.append(redact(text[pos:m.start()]))
+        out.append(m.group(0))
+        pos = m.end()
+    out.append(redact(text[pos:]))
+    return "".join(out)
 
 
 def secrets_in_url(url: str) -> list[str]:

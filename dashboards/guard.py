@@ -21,7 +21,7 @@ import dash
 from dash import html
 from werkzeug.exceptions import HTTPException, NotFound
 
-from analyzer.redact import redact
+from analyzer.redact import redact, redact_document
 
 MESSAGE_ID = "input-message"
 DEFAULT_MAX_REQUEST_BYTES = 1 << 20  # callback requests carry ids, clicks, zoom ranges and lanes' ranks: a few kB
@@ -80,7 +80,7 @@ def install(app: dash.Dash, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES) 
         # pages and layouts: the text a person reads (callback data such as a download is left as it is)
         if not resp.direct_passthrough and (resp.mimetype == "text/html" or request.path.endswith("_dash-layout")):
             text = resp.get_data(as_text=True)
-            clean = redact(text)
+            clean = redact_document(text)  # an HTML page's scripts (plotly.js) are left whole
             if clean != text:
                 resp.set_data(clean)
         return resp

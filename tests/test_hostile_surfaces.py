@@ -69,6 +69,22 @@ def test_redaction_removes_every_url_form(url: str) -> None:
     assert redact("no secrets: /data/rank0.json, a=b") == "no secrets: /data/rank0.json, a=b"
 
 
+def test_reports_keep_their_scripts_whole() -> None:
+    """An HTML report embeds plotly.js (``this.pass=a``, URLs with '@'): the redaction leaves scripts whole, so
+    every report of a real run is exactly the renderer's; text outside them is still redacted."""
+    from analyzer.redact import redact_document
+    from analyzer.report import render
+    from tests.helpers import run
+
+    a = run(BALANCED)
+    for fmt in ("html", "json", "markdown", "text"):
+        text = render(a, fmt)
+        assert redact_document(text) == text, fmt
+    page = f"<!DOCTYPE html><p>{URL_FORMS[0]}</p><script>this.pass=a;u='x://a:b@c'</script>"
+    assert redact_document(page) == ("<!DOCTYPE html><p>postgresql://ci:***@db.example:5432/hist</p>"
+                                     "<script>this.pass=a;u='x://a:b@c'</script>")
+
+
 def test_remembered_secrets_go_in_any_form() -> None:
     remember("p%40ss-wordy")
     assert redact("connection to 'p@ss-wordy' failed; p%40ss-wordy") == "connection to '***' failed; ***"

@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 from ..errors import CommscopeError
-from ..redact import redact
+from ..redact import redact, redact_document
 
 
 def say(text: str, err: bool = False, nl: bool = True) -> None:
@@ -21,7 +21,7 @@ def say(text: str, err: bool = False, nl: bool = True) -> None:
 
 
 def write_text(path: Path, text: str) -> None:
-    path.write_text(redact(text), encoding="utf-8")
+    path.write_text(redact_document(text), encoding="utf-8")
 
 
 def emit(text: str, output: Path | None) -> None:
@@ -30,7 +30,7 @@ def emit(text: str, output: Path | None) -> None:
         write_text(output, text)
         say(f"wrote {output}", err=True)
     else:
-        say(text, nl=False)
+        click.echo(redact_document(text), nl=False)
 
 
 def step_summary(markdown: str) -> None:
@@ -38,7 +38,7 @@ def step_summary(markdown: str) -> None:
     path = os.environ.get("GITHUB_STEP_SUMMARY")
     if path:
         with open(path, "a", encoding="utf-8") as f:
-            f.write(redact(markdown) + "\n")
+            f.write(redact_document(markdown) + "\n")
 
 
 def guard(fn: Callable[[], None]) -> None:
