@@ -38,13 +38,10 @@ def analyze(*paths: str | PathLike[str], ranks: Iterable[int] | None = None, ste
 
     if not paths:
         raise UsageError("analyze() needs at least one trace file or folder")
-    if step_marker:
-        import re
+    if step_marker:  # linear time or refused (analyzer/patterns.py)
+        from .patterns import check
 
-        try:
-            re.compile(step_marker)
-        except re.error as exc:
-            raise UsageError(f"step_marker {step_marker!r}: {exc}") from None
+        check(step_marker, "step_marker")
     from .ingest.limits import Limits
 
     try:

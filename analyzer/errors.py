@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+from .redact import redact
+
 
 class CommscopeError(Exception):
-    """Base for every error a user can fix (bad input, bad option)."""
+    """Base for every error a user can fix (bad input, bad option). Its message is redacted (``redact.py``):
+    no password reaches a user through an error, whoever words it."""
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*(redact(a) if isinstance(a, str) else a for a in args))
 
 
 class TraceError(CommscopeError):

@@ -13,8 +13,7 @@ from analyzer.analysis import Analysis
 from . import callbacks, export, guard, layout
 from .export import TraceWriter
 
-# callback requests carry ids, clicks, zoom ranges and the drawn lanes' ranks: a few kB
-DEFAULT_MAX_REQUEST_BYTES = 1 << 20
+DEFAULT_MAX_REQUEST_BYTES = guard.DEFAULT_MAX_REQUEST_BYTES
 
 
 def create_app(analysis: Analysis, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
@@ -24,10 +23,8 @@ def create_app(analysis: Analysis, max_request_bytes: int = DEFAULT_MAX_REQUEST_
     app = dash.Dash(
         __name__,
         title="commscope",
-        serve_locally=True,  # no CDN: works offline and on air-gapped clusters
         suppress_callback_exceptions=False,
-        update_title=None,
-        on_error=guard.on_error,  # a callback that raises: a message in the page, never a 500
+        **guard.DASH_OPTIONS,  # no CDN (works offline); a callback that raises: a message in the page, never a 500
     )
     page = layout.build_layout(analysis, download=trace_writer is not None)
     page.children = [guard.message_area(), *page.children]

@@ -31,8 +31,11 @@ def create_hang_app(a: HangAnalysis):
     import dash
     from dash import Input, Output, dcc, html
 
-    app = dash.Dash(__name__, title="commscope hang", serve_locally=True, update_title=None)
+    from . import guard
+
+    app = dash.Dash(__name__, title="commscope hang", **guard.DASH_OPTIONS)
     app.layout = html.Div([
+        guard.message_area(),
         html.H2("commscope: hang triage (Flight Recorder)"),
         html.Div([html.P(line) for line in headline(a)], id="hang-headline"),
         dcc.Graph(id="hang-grid", figure=grid_figure(a)),
@@ -43,6 +46,7 @@ def create_hang_app(a: HangAnalysis):
     def show_cell(click):  # noqa: ANN001 - Dash passes the plotly event dict
         return on_click(a, click)
 
+    guard.install(app)  # the same guard as every commscope app: size limit, 4xx, 404, redaction
     return app
 
 

@@ -24,8 +24,11 @@ from analyzer.errors import CommscopeError
 from analyzer.history import fingerprint
 from analyzer.history.store import Store
 from analyzer.history.trend import Trend, build
+from analyzer.redact import redact
 from analyzer.views.trend import figure
 from analyzer.views.units import num
+
+from . import guard
 
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:+@/-]{0,199}$")
 OpenRun = Callable[[list[Path]], str]  # a run's trace files -> its full HTML report
@@ -85,7 +88,7 @@ def details(target: str, click: object) -> html.Div:
         return html.Div(str(exc), className="warn")
     v = rec["verdict"]
     verdict = f"straggler: rank {v['rank']} ({v['kind']})" if v else "no straggler"
-    labels = ", ".join(f"{k}={val}" for k, val in rec["labels"].items()) or "no labels"
+    labels = redact(", ".join(f"{k}={val}" for k, val in rec["labels"].items())) or "no labels"
     return html.Div([
         html.H3(f"run {run_id}"),
         html.P(f"added {rec['added_at']}; {labels}; {verdict}"),
@@ -126,13 +129,16 @@ def _page(title: str, body: str) -> str:
             f"</head><body>{body}</body></html>")
 
 
-def create_app(target: str, open_run: OpenRun | None = None) -> dash.Dash:
-    app = dash.Dash(__name__, title="commscope history", serve_locally=True, update_title=None)
+def create_app(target: str, open_run: OpenRun | None = None,
+               max_request_bytes: int = guard.DEFAULT_MAX_REQUEST_BYTES) -> dash.Dash:
+    """The page, guarded as every commscope app is (``guard.py``: size limit, 4xx, 404, redaction)."""
+    app = dash.Dash(__name__, title="commscope history", **guard.DASH_OPTIONS)
     t = _trend(target)
     metrics = list(dict.fromkeys(s.metric for s in t.series))
     first = metrics[0] if metrics else None
     app.layout = html.Div([
-        html.H1(f"commscope history: {t.runs.height} run(s) in {t.store}"),
+        guard.message_area(),
+        html.H1(redact(f"commscope history: {t.runs.height} run(s) in {t.store}")),
         dcc.Dropdown(id="history-metric", options=[{"label": m, "value": m} for m in metrics], value=first,
                      clearable=False),
         dcc.Graph(id="history-graph", figure=metric_figure(target, first)),
@@ -153,6 +159,7 @@ def create_app(target: str, open_run: OpenRun | None = None) -> dash.Dash:
         text, status = run_page(target, run_id, open_run)
         return text, status, {"Content-Type": "text/html; charset=utf-8"}
 
+    guard.install(app, max_request_bytes)
     return app
 
 

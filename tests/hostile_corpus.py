@@ -49,6 +49,7 @@ from tests.hostile_mutations import (
     gz_truncated,
     info,
     insert_event,
+    long_annotation,
     metadata_events,
     minified,
     nccl_kernel,
@@ -56,6 +57,7 @@ from tests.hostile_mutations import (
     nsight_of_another_job,
     pg_disagree,
     pretty,
+    rank_in_name,
     reorder_keys,
     set_all,
     set_field,
@@ -210,6 +212,15 @@ def cases() -> list[Case]:
     add("FIFO", special("fifo"), "exit2", "skip", r"FIFO")
     add("dangling link", special("dangling"), "exit2", "skip", r"does not exist|cannot be read|dangling")
     add("Nsight report of another job", nsight_of_another_job, "same-other", "exit2", r"formats|format")
+
+    # ---- issue #42: user regexes in a linear-time engine, rank numbers bounded by --max-ranks
+    add("step marker (a+)+$ over a 41-character annotation", doc_case(long_annotation), "warn",
+        expect=r"no step markers", step_marker="(a+)+$")
+    add("step marker with look-behind", doc_case(lambda d: None), "exit2", "exit2", r"look-around",
+        step_marker=r"(?<=Profiler)Step#(\d+)")
+    add("file named rank3000000000", rank_in_name(3_000_000_000), "warn", expect=r"not taken as its rank")
+    add("distributedInfo.rank 3e9", doc_case(info(rank=3_000_000_000)), "exit2", "skip", r"--max-ranks")
+    add("distributedInfo.world_size 3e9", doc_case(info(world_size=3_000_000_000)), "exit2", "skip", r"--max-ranks")
     return out
 
 

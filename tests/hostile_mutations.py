@@ -314,3 +314,22 @@ def insert_event(value: Any) -> Callable[[Doc], None]:
     def mutate(d: Doc) -> None:
         d["traceEvents"].insert(5, value)
     return mutate
+
+
+# ------------------------------------------------------------------------------------------ issue #42
+
+
+def long_annotation(d: Doc) -> None:
+    """One more host annotation, named with 41 'a's and a '!': Python's backtracking ``re`` never finishes
+    ``(a+)+$`` on it."""
+    ev = next(e for e in d["traceEvents"] if e.get("cat") == "user_annotation")
+    d["traceEvents"].append({**ev, "name": "a" * 41 + "!"})
+
+
+def rank_in_name(rank: int) -> Callable[[Path], Path]:
+    """Rank 0 without distributedInfo, named ``rank<rank>``: the rank comes from the file name."""
+    def build(folder: Path) -> Path:
+        d = base()
+        d.pop("distributedInfo", None)
+        return write(folder, kineto_text(d), True, f"rank{rank}.pt.trace.json.gz")
+    return build

@@ -140,27 +140,29 @@ with Store.open(sys.argv[1]) as store:
 """
 
 
-def test_two_processes_adding_at_once_lose_nothing(target):
+WRITERS = (1, 2, 3, 4)  # issue #42: the guarantees hold for four writers at once
+
+
+def test_four_processes_adding_at_once_lose_nothing(target):
     Store.open(target).close()  # concurrent creation is covered below on a fresh file
     procs = [subprocess.Popen([sys.executable, "-c", WRITER, target, str(w), str(ROOT)], stderr=subprocess.PIPE)
-             for w in (1, 2)]
-    errs = [p.communicate(timeout=240)[1] for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], errs
+             for w in WRITERS]
+    errs = [p.communicate(timeout=300)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0] * len(WRITERS), errs
     with Store.open(target, create=False) as store:
         runs = store.runs()["run_id"].to_list()
-        assert sorted(runs) == sorted(f"w{w}-{i}" for w in (1, 2) for i in range(15))
+        assert sorted(runs) == sorted(f"w{w}-{i}" for w in WRITERS for i in range(15))
         per_run = store.metrics().group_by("run_id").len()
-    assert per_run["len"].to_list() == [series_rows(0, np.random.default_rng(0)).height] * 30
+    assert per_run["len"].to_list() == [series_rows(0, np.random.default_rng(0)).height] * 15 * len(WRITERS)
 
 
-def test_two_processes_creating_a_new_sqlite_store_at_once(tmp_path):
-    target = str(tmp_path / "new.sqlite")
+def test_four_processes_creating_a_new_store_at_once(target):
     procs = [subprocess.Popen([sys.executable, "-c", WRITER, target, str(w), str(ROOT)], stderr=subprocess.PIPE)
-             for w in (1, 2)]
-    errs = [p.communicate(timeout=240)[1] for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], errs
+             for w in WRITERS]
+    errs = [p.communicate(timeout=300)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0] * len(WRITERS), errs
     with Store.open(target, create=False) as store:
-        assert store.version == 3 and store.runs().height == 30
+        assert store.version == 4 and store.runs().height == 15 * len(WRITERS)
 
 
 # ---------------------------------------------------------------------------------------------- migrations
@@ -194,7 +196,7 @@ def test_v1_sqlite_store_is_migrated_with_its_data(tmp_path):
     path = tmp_path / "v1.sqlite"
     _v1_sqlite(path)
     with Store.open(str(path), create=False) as store:
-        assert store.version == 3
+        assert store.version == 4
         rec = store.run("old1")
         assert rec["labels"] == {"branch": "main", "commit": "abc"}
         assert rec["verdict"] == {"rank": 2, "kind": "host"} and rec["fingerprints"] == []
@@ -208,7 +210,7 @@ def test_v1_sqlite_store_is_migrated_with_its_data(tmp_path):
         assert build(store, labels={"commit": "abc"}).runs["run_id"].to_list() == ["old1"]
         store.add_run(pl.DataFrame([_row("step_time_ms", 99.0, item="x")], schema=ROW_SCHEMA), {}, run_id="new")
     with Store.open(str(path), create=False) as store:  # reopening: already current, nothing re-run
-        assert store.version == 3 and store.runs()["run_id"].to_list() == ["old1", "old2", "new"]
+        assert store.version == 4 and store.runs()["run_id"].to_list() == ["old1", "old2", "new"]
     con = sqlite3.connect(path)
     indexes = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
     con.close()
@@ -234,7 +236,7 @@ def test_v1_postgres_store_is_migrated_with_its_data(pg_cluster):
         ):
             con.execute(stmt)
     with Store.open(url, create=False) as store:
-        assert store.version == 3
+        assert store.version == 4
         assert store.run("old1")["labels"] == {"branch": "main"}
         assert store.metrics()["value"].to_list() == [101.5]
 

@@ -29,8 +29,9 @@ def corpus(scratch: Path) -> dict[tuple[str, str], dict]:
     return {(r["case"], r["mode"]): r for r in results}
 
 
-def test_the_corpus_is_the_issues_127_cases() -> None:
-    assert len(CASES) == 127 and len({c.name for c in CASES}) == 127
+def test_the_corpus_is_the_issues_cases() -> None:
+    """Issue #32's 127 cases and issue #42's 5 (step-marker patterns, rank numbers past --max-ranks)."""
+    assert len(CASES) == 132 and len({c.name for c in CASES}) == 132
 
 
 def test_no_hang_traceback_or_silent_change(corpus: dict) -> None:

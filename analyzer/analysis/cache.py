@@ -11,8 +11,12 @@ The format is commscope's own, never a pickle: tables are Arrow IPC files (types
 ``.npy`` read with ``allow_pickle=False``, everything else one JSON tree whose objects are tagged (tuples,
 dicts with their key types, numpy scalars, commscope's own frozen dataclasses, rebuilt only from modules under
 ``analyzer.``). The job's own tables (the TraceSet's, which the graph carries) are referred to, not copied.
-A damaged, foreign or unreadable entry is ignored (the job is analyzed again), never trusted; a read-only or
-full cache only costs the next run the work.
+A damaged, foreign or unreadable entry is ignored (the job is analyzed again and the entry replaced), never
+trusted; a read-only or full cache only costs the next run the work. An entry proves what it holds: its manifest
+records the SHA-256 of each of its files and the digest of the job's derived-tables entry it was made from
+(``ingest/derived.py``, which records its own files' and the ranks' entries' digests): a table swapped in from
+another job's entry, or an entry over other inputs, does not match and is never read. The manifest's nesting is
+checked before it is parsed, and every reference in it (table numbers, file names, classes) is checked.
 """
 
 from __future__ import annotations
@@ -30,11 +34,16 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from ..ingest import derived
 from ..ingest.cachedir import cache_dir
+from ..ingest.digest import file_digest, files_digests, read_regular
+from ..ingest.kineto.json_depth import depth as json_depth
 from ..model import TraceSet
 
 ANALYSIS_DIR = "analysis"  # beside the per-rank entries and the derived tables
-FORMAT = 1
+FORMAT = 2  # 2: digests of the entry's files and of the derived entry it was made from
+MAX_MANIFEST_BYTES = 256 << 20
+MAX_DEPTH = 64  # an Analysis tree nests ~10 deep: deeper is damage (and would be recursion a file controls)
 _PKG = Path(__file__).resolve().parent
 _LIBS = ("polars", "numpy", "numba", "scipy")
 _code_hash: str | None = None
@@ -81,6 +90,7 @@ class _Writer:
         self.job = {id(getattr(ts, t)): t for t in _JOB_TABLES}
         self.seen: dict[int, int] = {}  # a table met twice (Analysis.kernels is Graph.kernels) is written once
         self.tables: list[list] = []  # [file, rows] per table written, in the order ``seen`` numbers them
+        self.files: dict[str, str] = {}  # every file written -> its digest
         self.n = 0
 
     def _file(self, suffix: str) -> str:
@@ -102,12 +112,14 @@ class _Writer:
                 x.write_ipc(self.folder / name, compression="lz4")
                 self.seen[id(x)] = len(self.seen)
                 self.tables.append([name, x.height])
+                self.files[name] = file_digest(self.folder / name)
             return {"df": self.seen[id(x)]}
         if isinstance(x, np.ndarray):
             if x.dtype.hasobject:
                 raise NotStorable("numpy array of objects")
             name = self._file("npy")
             np.save(self.folder / name, x, allow_pickle=False)
+            self.files[name] = file_digest(self.folder / name)
             return {"nd": name}
         if isinstance(x, tuple) and not hasattr(x, "_fields"):
             return {"tuple": [self.enc(v) for v in x]}
@@ -123,13 +135,16 @@ class _Writer:
 
 
 class _Reader:
-    def __init__(self, folder: Path, ts: TraceSet, tables: list) -> None:
+    def __init__(self, folder: Path, ts: TraceSet, tables: list, files: dict[str, str]) -> None:
         self.folder = folder
         self.ts = ts
         self.tables = tables
+        self.files = files
         self.frames: dict[int, pl.DataFrame] = {}
 
-    def _table(self, i: int) -> pl.DataFrame:
+    def _table(self, i: object) -> pl.DataFrame:
+        if type(i) is not int or not 0 <= i < len(self.tables):  # -1 would be the last table, 9999 none
+            raise ValueError(f"no table {i!r}")
         if i not in self.frames:
             name, rows = self.tables[i]
             df = pl.read_ipc((self.folder / Path(name).name).read_bytes())  # bytes: no mapping left open
@@ -144,14 +159,19 @@ class _Reader:
         if not isinstance(x, dict):
             return x
         if "df" in x:
-            return self._table(int(x["df"]))
+            return self._table(x["df"])
         if "job" in x:
             if x["job"] not in _JOB_TABLES:
                 raise ValueError(f"unknown job table {x['job']!r}")
             return getattr(self.ts, x["job"])
         if "np" in x:
-            return np.dtype(x["np"]).type(x["v"])
+            dtype = np.dtype(x["np"])
+            if dtype.kind not in "biufc":  # numbers only: an object dtype would pass anything through
+                raise ValueError(f"not a numeric dtype: {x['np']!r}")
+            return dtype.type(x["v"])
         if "nd" in x:
+            if x["nd"] not in self.files:
+                raise ValueError(f"unknown array {x['nd']!r}")
             return np.load(self.folder / Path(x["nd"]).name, allow_pickle=False)
         if "tuple" in x:
             return tuple(self.dec(v) for v in x["tuple"])
@@ -184,7 +204,11 @@ def _folder(ts: TraceSet) -> Path:
 
 
 def store(k: str, fields: dict[str, object], ts: TraceSet) -> bool:
-    """Write the entry atomically (concurrent readers see a whole entry or none); False where it was not kept."""
+    """Write the entry atomically (concurrent readers see a whole entry or none); False where it was not kept
+    (also where the job's derived entry is not there to be made from)."""
+    made_from = derived.entry_digest_of(str(ts.job_key))
+    if made_from is None:
+        return False
     folder = _folder(ts)
     try:
         folder.parent.mkdir(parents=True, exist_ok=True)
@@ -195,7 +219,7 @@ def store(k: str, fields: dict[str, object], ts: TraceSet) -> bool:
         w = _Writer(tmp, ts)
         tree = {name: w.enc(value) for name, value in fields.items()}
         (tmp / "manifest.json").write_text(json.dumps({"key": k, "format": FORMAT, "tables": w.tables,
-                                                       "fields": tree}))
+                                                       "files": w.files, "made_from": made_from, "fields": tree}))
         if folder.exists():
             shutil.rmtree(folder, ignore_errors=True)
         os.replace(tmp, folder)
@@ -207,14 +231,34 @@ def store(k: str, fields: dict[str, object], ts: TraceSet) -> bool:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _proven(folder: Path, manifest: object, k: str, ts: TraceSet) -> bool:
+    """This key's entry, made from the job's derived entry as it is now, every file with its recorded digest."""
+    if not isinstance(manifest, dict) or manifest.get("key") != k or manifest.get("format") != FORMAT:
+        return False
+    files, tables = manifest.get("files"), manifest.get("tables")
+    if not isinstance(files, dict) or not isinstance(tables, list):
+        return False
+    if any(not (isinstance(t, list) and len(t) == 2 and t[0] in files and type(t[1]) is int) for t in tables):
+        return False
+    if manifest.get("made_from") != derived.entry_digest_of(str(ts.job_key)):
+        return False
+    names = sorted(files)
+    if any(Path(n).name != n for n in names):
+        return False
+    return files_digests([folder / n for n in names]) == [files[n] for n in names]
+
+
 def load(k: str, ts: TraceSet) -> dict[str, object] | None:
-    """The entry's fields, or None where it is absent, damaged or not this key's."""
+    """The entry's fields, or None where it is absent, damaged, unproven or not this key's."""
     folder = _folder(ts)
     try:
-        manifest = json.loads((folder / "manifest.json").read_text())
-        if manifest.get("key") != k or manifest.get("format") != FORMAT:
+        data = read_regular(folder / "manifest.json", MAX_MANIFEST_BYTES)
+        if json_depth(data) > MAX_DEPTH:
             return None
-        r = _Reader(folder, ts, manifest["tables"])
+        manifest = json.loads(data)
+        if not _proven(folder, manifest, k, ts):
+            return None
+        r = _Reader(folder, ts, manifest["tables"], manifest["files"])
         return {name: r.dec(value) for name, value in manifest["fields"].items()}
-    except (OSError, ValueError, TypeError, KeyError, AttributeError, ImportError, pl.exceptions.PolarsError):
+    except Exception:  # noqa: BLE001 - whatever a damaged entry raises (decoder, Polars, numpy, a class): analyzed again
         return None

@@ -10,19 +10,28 @@ from pathlib import Path
 import click
 
 from .. import ranklist
-from ..errors import CommscopeError
+from ..redact import remember_environment
 from .limits import limit_options, limits_from_context
+from .output import emit as _emit
+from .output import guard as _guard
+from .output import say, step_summary, write_text
 
 FORMATS = ("text", "json", "markdown", "html")
 
 
 def _rank_map(values: tuple[str, ...]) -> dict[str, int]:
+    from ..ingest.limits import ascii_int, rank_problem
+
+    limit = limits_from_context().max_ranks
     out: dict[str, int] = {}
     for v in values:
         key, sep, rank = v.rpartition("=")
-        if not sep or not rank.strip().isdigit():
+        n = ascii_int(rank)
+        if not sep or n is None:
             raise click.BadParameter(f"{v!r}: expected FILE=RANK (or FILE:PID=RANK for Nsight reports)")
-        out[key] = int(rank)
+        if problem := rank_problem(n, limit):
+            raise click.BadParameter(f"{v!r}: {problem}")
+        out[key] = n
     return out
 
 
@@ -35,28 +44,14 @@ def _ranks(value: str | None) -> tuple[int, ...] | None:
         raise click.BadParameter(f"{value!r}: {exc}; expected ranks like 0,2,4-7") from None
 
 
-def _guard(fn: Callable[[], None]) -> None:
-    try:
-        fn()
-    except CommscopeError as exc:
-        click.echo(f"commscope: error: {exc}", err=True)
-        sys.exit(2)
-    except OSError as exc:
-        click.echo(f"commscope: error: {exc.filename or ''}: {exc.strerror or exc}", err=True)
-        sys.exit(2)
-
-
 def load_options(rank_map: tuple[str, ...], step_marker: str | None, jobs: int | None, ranks: str | None,
                  no_cache: bool, layout: str | None = None):
     from ..ingest.loader import LoadOptions
 
-    if step_marker:
-        import re
+    if step_marker:  # one line now, before any file is read (analyzer/patterns.py: linear time or refused)
+        from ..patterns import check
 
-        try:
-            re.compile(step_marker)
-        except re.error as exc:
-            raise click.BadParameter(f"--step-marker {step_marker!r}: {exc}") from None
+        check(step_marker, "--step-marker")
     return LoadOptions(rank_map=_rank_map(rank_map), step_marker=step_marker, jobs=jobs, ranks=_ranks(ranks),
                        cache=not no_cache, layout=layout, limits=limits_from_context())
 
@@ -107,7 +102,7 @@ def dimension_options(f: Callable) -> Callable:
 def dim_options(layout: str | None, layout_order: str | None, gpus_per_host: int):
     from ..crossrank.groups import Options, parse_layout
 
-    return Options(layout=parse_layout(layout, layout_order), gpus_per_host=gpus_per_host)
+    return Options(layout=parse_layout(layout, layout_order, limits_from_context().max_ranks), gpus_per_host=gpus_per_host)
 
 
 def history_run_options(f: Callable) -> Callable:
@@ -122,15 +117,8 @@ def history_run_options(f: Callable) -> Callable:
 
 def store_option(f: Callable) -> Callable:
     return click.option("--store", metavar="STORE", help="The run history: an SQLite file or a postgresql:// URL "
-                        "(default $COMMSCOPE_HISTORY, else commscope-history.sqlite in the current folder).")(f)
-
-
-def step_summary(markdown: str) -> None:
-    """GitHub Actions: append the Markdown report to the job summary when $GITHUB_STEP_SUMMARY is set."""
-    path = os.environ.get("GITHUB_STEP_SUMMARY")
-    if path:
-        with open(path, "a", encoding="utf-8") as f:
-            f.write(markdown + "\n")
+                        "(default $COMMSCOPE_HISTORY, else commscope-history.sqlite in the current folder). Keep the "
+                        "password out of the URL: PGPASSWORD, ~/.pgpass or a service file; it is never printed.")(f)
 
 
 def hang_triage(paths: tuple[Path, ...], rank_map: tuple[str, ...], layout: str | None, layout_order: str | None,
@@ -141,18 +129,11 @@ def hang_triage(paths: tuple[Path, ...], rank_map: tuple[str, ...], layout: str 
     return triage(list(paths), _rank_map(rank_map), dim_options(layout, layout_order, gpus_per_host))
 
 
-def _emit(text: str, output: Path | None) -> None:
-    if output:
-        output.write_text(text, encoding="utf-8")
-        click.echo(f"wrote {output}", err=True)
-    else:
-        click.echo(text, nl=False)
-
-
 @click.group()
 @click.version_option(package_name="commscope")
 def main() -> None:
     """Find where communication holds back distributed training and inference."""
+    remember_environment()  # $PGPASSWORD is masked wherever a driver might repeat it
 
 
 @main.command()
@@ -166,7 +147,8 @@ def main() -> None:
 @click.option("--whatif", "whatif_specs", multiple=True, metavar="busbw:OP=GBPS",
               help="Also replay with transfers at this bus bandwidth (repeatable), e.g. busbw:all_reduce=400.")
 @click.option("--history", "history_store", metavar="STORE",
-              help="Also add this run to the run history (an SQLite file or a postgresql:// URL).")
+              help="Also add this run to the run history (an SQLite file or a postgresql:// URL; the password "
+                   "from PGPASSWORD, ~/.pgpass or a service file).")
 @history_run_options
 @common_load_options
 @dimension_options
@@ -197,7 +179,7 @@ def analyze(paths: tuple[Path, ...], fmt: str, output: Path | None, show_steps: 
         busbw = parse_specs(whatif_specs)
         opts = load_options(rank_map, step_marker, jobs, ranks, no_cache, layout)
         dims = dim_options(layout, layout_order, gpus_per_host)
-        if history_store:  # a bad store or label fails before the slow loading
+        if history_store is not None:  # a bad store (an empty one too) or label fails before the slow loading
             from ..history.record import check, parse_labels
 
             check(history_store, create=True)
@@ -208,11 +190,11 @@ def analyze(paths: tuple[Path, ...], fmt: str, output: Path | None, show_steps: 
             opts = replace(opts, scheduler=scheduler)
         result = run_analysis(load(list(paths), opts), dims, busbw=busbw)
         text = render(result, fmt, show_steps=show_steps, wide=wide)
-        if history_store:
+        if history_store is not None:
             from ..history.record import add
 
             stored = add(history_store, result, run_id, label_map)
-            click.echo(f"added run {stored} to {history_store}", err=True)
+            say(f"added run {stored} to {history_store}", err=True)
         _emit(text, output)
 
     _guard(run)
@@ -236,7 +218,7 @@ def dashboard(paths: tuple[Path, ...], host: str, port: int, debug: bool, max_re
         if hang := hang_triage(paths, rank_map, layout, layout_order, gpus_per_host):
             from dashboards.hang import serve_hang
 
-            click.echo(f"commscope dashboard: hang triage of {len(hang.source['ranks'])} dumps on "
+            say(f"commscope dashboard: hang triage of {len(hang.source['ranks'])} dumps on "
                        f"http://{host}:{port}/", err=True)
             return serve_hang(hang, host=host, port=port, debug=debug)
         start_workers(paths, jobs, not no_cache)
@@ -248,7 +230,7 @@ def dashboard(paths: tuple[Path, ...], host: str, port: int, debug: bool, max_re
 
         opts = load_options(rank_map, step_marker, jobs, ranks, no_cache, layout)
         result = run_analysis(load(list(paths), opts), dim_options(layout, layout_order, gpus_per_host))
-        click.echo(f"commscope dashboard: {len(result.source['ranks'])} ranks on http://{host}:{port}/", err=True)
+        say(f"commscope dashboard: {len(result.source['ranks'])} ranks on http://{host}:{port}/", err=True)
         serve(result, host=host, port=port, debug=debug, max_request_bytes=max_request_kb * 1024,
               trace_writer=write_trace)  # the Perfetto download (presenters never import each other)
 
@@ -277,9 +259,9 @@ def export(paths: tuple[Path, ...], output: Path, fmt: str | None, steps_sel: st
         n = run_export(list(paths), output, fmt, load_options(rank_map, step_marker, jobs, None, no_cache),
                        ranks=ranks, steps=steps_sel, window=window, host=host_activity)
         dropped = f"; {n['dropped']} slices overlapping beyond {n['max_lanes']} lanes left out" if n["dropped"] else ""
-        click.echo(f"wrote {output}: {n['ranks']} ranks, {n['slices']} slices{dropped}", err=True)
+        say(f"wrote {output}: {n['ranks']} ranks, {n['slices']} slices{dropped}", err=True)
         for reason in n.get("skipped", []):  # a rank left out of the trace is named, as in every report
-            click.echo(f"skipped {reason}", err=True)
+            say(f"skipped {reason}", err=True)
 
     _guard(run)
 
@@ -311,7 +293,7 @@ def compare(runs: tuple[Path, ...], baseline: str | None, store: str | None, fai
     (--baseline): exit 0 within thresholds, 1 on regression, 2 on bad input."""
     outcome = {"passed": True}
     if len(runs) != (1 if baseline else 2):
-        click.echo("commscope: error: compare takes " + ("one path (NEW) with --baseline" if baseline else
+        say("commscope: error: compare takes " + ("one path (NEW) with --baseline" if baseline else
                    "two paths, BASE and NEW (or NEW with --baseline NAME)"), err=True)
         sys.exit(2)
     base, new = (None, runs[0]) if baseline else runs
@@ -335,18 +317,18 @@ def compare(runs: tuple[Path, ...], baseline: str | None, store: str | None, fai
             from ..history.record import baseline_analysis
             from ..history.store import default_target
 
-            base_analysis, base_run = baseline_analysis(store or default_target(), baseline)
-            click.echo(f"baseline {baseline}: run {base_run}", err=True)
+            base_analysis, base_run = baseline_analysis(store if store is not None else default_target(), baseline)
+            say(f"baseline {baseline}: run {base_run}", err=True)
         else:
             base_analysis = run_analysis(load([base], opts), dims)
         result = compare_runs(base_analysis, run_analysis(load([new], opts), dims), th,
                               allow_mismatch=allow_mismatch, selected=opts.ranks)
         for why in result.mismatches:
-            click.echo(f"commscope: warning: {why} (compared anyway: --allow-mismatch)", err=True)
+            say(f"commscope: warning: {why} (compared anyway: --allow-mismatch)", err=True)
         text = compare_formats.render(result, fmt)
         step_summary(text if fmt == "markdown" else compare_formats.render(result, "markdown"))
         if junit_path:
-            junit_path.write_text(compare_formats.junit(result), encoding="utf-8")
+            write_text(junit_path, compare_formats.junit(result))
         _emit(text, output)
         outcome["passed"] = result.passed
 
@@ -374,7 +356,7 @@ def history_add(paths: tuple[Path, ...], store: str | None, run_id: str | None, 
         from ..history.record import check, parse_labels
         from ..history.store import default_target
 
-        target = store or default_target()
+        target = store if store is not None else default_target()
         check(target, create=True)
         label_map = parse_labels(labels)
         start_workers(paths, jobs, not no_cache)
@@ -384,7 +366,7 @@ def history_add(paths: tuple[Path, ...], store: str | None, run_id: str | None, 
 
         opts = load_options(rank_map, step_marker, jobs, ranks, no_cache)
         result = run_analysis(load(list(paths), opts), dim_options(layout, layout_order, gpus_per_host))
-        click.echo(f"added run {add(target, result, run_id, label_map)} to {target}")
+        say(f"added run {add(target, result, run_id, label_map)} to {target}")
 
     _guard(run)
 
@@ -431,7 +413,7 @@ def baseline_set(name: str, run_id: str, store: str | None) -> None:
         from ..history.record import set_baseline
 
         old = set_baseline(store, name, run_id)
-        click.echo(f"baseline {name}: run {run_id}" + (f" (was {old})" if old and old != run_id else ""))
+        say(f"baseline {name}: run {run_id}" + (f" (was {old})" if old and old != run_id else ""))
 
     _guard(run)
 
@@ -445,7 +427,7 @@ def baseline_list(store: str | None) -> None:
         from ..history.record import baselines
 
         rows = baselines(store)
-        click.echo("\n".join(f"{b['name']}\t{b['run_id']}\t{b['set_at']}" for b in rows) or "no baselines")
+        say("\n".join(f"{b['name']}\t{b['run_id']}\t{b['set_at']}" for b in rows) or "no baselines")
 
     _guard(run)
 
@@ -464,9 +446,9 @@ def history_dashboard(store: str | None, host: str, port: int) -> None:
         from ..history.store import default_target
         from .compose import full_report
 
-        target = store or default_target()
+        target = store if store is not None else default_target()
         check(target, create=False)
-        click.echo(f"commscope history dashboard: {target} on http://{host}:{port}/", err=True)
+        say(f"commscope history dashboard: {target} on http://{host}:{port}/", err=True)
         serve(target, host=host, port=port, open_run=full_report)
 
     _guard(run)

@@ -41,6 +41,9 @@ def limit_options() -> list:
         click.option("--max-json-depth", "max_json_depth", type=click.IntRange(2, 100_000), expose_value=False,
                      callback=_store, help=f"Refuse JSON nested deeper (default {DEFAULT.max_json_depth}; "
                      "a profiler writes ~7)."),
+        click.option("--max-ranks", "max_ranks", type=click.IntRange(1, 1 << 31), expose_value=False, callback=_store,
+                     help=f"Refuse rank numbers from this on, and larger worlds or layouts (default "
+                     f"{DEFAULT.max_ranks:,})."),
     ]
 
 

@@ -14,6 +14,7 @@ mean nothing. ``compare`` refuses (exit 2) when any reason below holds, unless t
 from __future__ import annotations
 
 from collections.abc import Iterable
+from itertools import islice
 
 import polars as pl
 
@@ -21,6 +22,8 @@ from ..analysis import Analysis
 from ..ranklist import compact
 
 STEP_COUNT_TOLERANCE_PCT = 50.0  # 4 steps against 8 still compares; 2 against 8 does not
+MISSING_LISTED = 64  # missing ranks named in the message; the rest counted
+LAYOUT_STORED = "layout_stored"  # source key of a stored run (history/stored.py): False where it has no layout
 
 
 def _compact(ranks: Iterable[int]) -> str:
@@ -42,14 +45,16 @@ def _incomplete(label: str, a: Analysis, selected: tuple[int, ...] | None) -> li
         out.append(f"{label} skipped {len(skipped)} input(s): {first['path']}: {first['reason']}{more}")
     declared = _declared(a)
     analyzed = set(a.source.get("ranks") or [])
-    if declared:
-        wanted = set(range(int(declared)))
-        if selected is not None:
-            wanted &= set(selected)
-        missing = wanted - analyzed
-        if missing and not skipped:  # a skipped file already explains its missing rank
+    if declared and not skipped:  # a skipped file already explains its missing rank
+        # counted and listed lazily: a declared world of 3 billion must not become a set of 3 billion
+        n = int(declared)
+        wanted = range(n) if selected is None else sorted({r for r in selected if 0 <= r < n})
+        n_missing = len(wanted) - len({r for r in analyzed if 0 <= r < n and (selected is None or r in selected)})
+        if n_missing > 0:
+            first = list(islice((r for r in wanted if r not in analyzed), MISSING_LISTED))
+            more = f" and {n_missing - len(first):,} more" if n_missing > len(first) else ""
             out.append(f"{label} analyzed {len(analyzed)} of {declared} declared ranks (missing rank(s) "
-                       f"{_compact(missing)})")
+                       f"{_compact(first)}{more})")
     return out
 
 
@@ -83,6 +88,10 @@ def mismatches(base: Analysis, new: Analysis, selected: tuple[int, ...] | None =
         out.append(f"the runs have different world sizes: BASE {nb} ranks, NEW {nn} ranks")
     elif wb and wn and wb != wn:
         out.append(f"the runs declare different world sizes: BASE {wb}, NEW {wn}")
+    for label, a in (("BASE", base), ("NEW", new)):
+        if a.source.get(LAYOUT_STORED) is False:
+            out.append(f"{label} is a run stored by an older commscope without its process groups, so its layout "
+                       "cannot be checked (add the run to the history again and point the baseline at it)")
     lb, ln = _layout(base), _layout(new)
     if nb == nn and lb and ln and lb != ln:
         out.append(f"the runs have different layouts: BASE process groups {_layout_text(lb)}, NEW "

@@ -8,12 +8,14 @@ ones: built-in defaults, then the TOML file, then each ``--fail-on``.
 
 from __future__ import annotations
 
+import math
 import re
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..errors import UsageError
+from ..ingest.digest import read_regular
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -33,7 +35,9 @@ METRICS: dict[str, str] = {
     "caused_wait_ms": "ms",
 }
 
-_SPEC = re.compile(r"^\s*([+-])\s*(\d+(?:\.\d*)?|\.\d+)\s*(%?)\s*$")
+_SPEC = re.compile(r"^\s*([+-])\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*(%?)\s*$")  # ASCII digits: int() takes '٣'
+MAX_FILE_BYTES = 1 << 20  # a thresholds file is a few lines
+MAX_TOML_DEPTH = 8  # [fail_on] in a document: 2 levels; the TOML parser recurses per level
 
 
 @dataclass(frozen=True)
@@ -102,12 +106,15 @@ def parse_value(value: object, where: str) -> Rule | None:
     if value is False or (isinstance(value, str) and value.strip().lower() in ("off", "none", "false")):
         return None
     if isinstance(value, (int, float)) and not isinstance(value, bool):
+        # nan would never be exceeded and inf never reached: either switches the gate off without saying so
+        if not math.isfinite(value):
+            raise UsageError(f"{where}: {value!r} is not a finite threshold (write off to disable the metric's gate)")
         if value == 0:
             raise UsageError(f"{where}: a numeric threshold needs a sign (+ for increases, - for decreases)")
         return Rule(abs(float(value)), False, 1 if value > 0 else -1)
     m = _SPEC.match(str(value))
-    if not m:
-        raise UsageError(f"{where}: expected +N% / -N% (relative), +N / -N (absolute) or off, not {value!r}")
+    if not m or not math.isfinite(float(m[2])):
+        raise UsageError(f"{where}: expected +N% / -N% (relative), +N / -N (absolute) or off, not {str(value)[:60]!r}")
     sign, num, pct = m.groups()
     return Rule(float(num), pct == "%", 1 if sign == "+" else -1)
 
@@ -122,12 +129,22 @@ def parse_fail_on(text: str) -> tuple[str, Rule | None]:
 
 
 def load_toml(path: Path, base: Thresholds = DEFAULTS) -> Thresholds:
-    """Read a thresholds file (see the README): top-level settings and a ``[fail_on]`` table."""
+    """Read a thresholds file (see the README): top-level settings and a ``[fail_on]`` table. A regular file of at
+    most ``MAX_FILE_BYTES`` (a FIFO would block the read), nested at most ``MAX_TOML_DEPTH``."""
     try:
-        doc = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        text = read_regular(Path(path), MAX_FILE_BYTES).decode("utf-8")
     except FileNotFoundError:
         raise UsageError(f"{path}: thresholds file does not exist") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{path}: not a valid TOML thresholds file ({exc})") from None
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot be read as a thresholds file ({exc.strerror or exc}; give a regular TOML "
+                         f"file of at most {MAX_FILE_BYTES >> 10} KiB)") from None
+    if toml_depth(text) > MAX_TOML_DEPTH:
+        raise UsageError(f"{path}: not a thresholds file (nested more than {MAX_TOML_DEPTH} levels deep; one has 2)")
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"{path}: not a valid TOML thresholds file ({exc})") from None
     known = {"confidence", "min_effect_pct_of_step", "straggler", "fail_on"}
     extra = sorted(set(doc) - known)
@@ -142,19 +159,53 @@ def load_toml(path: Path, base: Thresholds = DEFAULTS) -> Thresholds:
     out = replace(base, rules=rules)
     if "confidence" in doc:
         conf = doc["confidence"]
-        if not isinstance(conf, (int, float)) or not 0.5 <= conf < 1.0:
+        if isinstance(conf, bool) or not isinstance(conf, (int, float)) or not 0.5 <= conf < 1.0:
             raise UsageError(f"{path}: confidence must be a number in [0.5, 1), e.g. 0.95")
         out = replace(out, confidence=float(conf))
     if "min_effect_pct_of_step" in doc:
         floor = doc["min_effect_pct_of_step"]
-        if not isinstance(floor, (int, float)) or floor < 0:
-            raise UsageError(f"{path}: min_effect_pct_of_step must be a non-negative number")
+        # nan compares false with everything and inf hides every change: both would switch the gate off
+        if isinstance(floor, bool) or not isinstance(floor, (int, float)) or not 0 <= floor <= 100:
+            raise UsageError(f"{path}: min_effect_pct_of_step must be a number from 0 to 100 (a share of the step), "
+                             f"not {floor!r}")
         out = replace(out, min_effect_pct_of_step=float(floor))
     if "straggler" in doc:
         if not isinstance(doc["straggler"], bool):
             raise UsageError(f"{path}: straggler must be true or false")
         out = replace(out, straggler=doc["straggler"])
     return out
+
+
+_TOML_MARK = re.compile(r"[\"'#\[\]{}]")
+_TOML_CLOSE = {  # from after an opening quote to past its closing one (or the line's end where a string may not span)
+    '"': re.compile(r'(?:[^"\\\n]|\\.)*(?:"|\n|$)'),
+    "'": re.compile(r"[^'\n]*(?:'|\n|$)"),
+    '"""': re.compile(r'(?:[^"\\]|\\.|"(?!""))*(?:"""|$)', re.S),
+    "'''": re.compile(r"(?:[^']|'(?!''))*(?:'''|$)"),
+}
+
+
+def toml_depth(text: str, stop: int = MAX_TOML_DEPTH) -> int:
+    """How deeply arrays and inline tables nest (brackets outside strings and comments): the TOML parser recurses
+    once per level. One pass of regex searches, no recursion, stopping once past ``stop``."""
+    depth = best = 0
+    pos = 0
+    while (m := _TOML_MARK.search(text, pos)) is not None:
+        c, pos = m.group(), m.end()
+        if c in "\"'":
+            quote = c * 3 if text.startswith(c * 3, m.start()) else c
+            pos = _TOML_CLOSE[quote].match(text, m.start() + len(quote)).end()
+        elif c == "#":
+            nl = text.find("\n", pos)
+            pos = len(text) if nl < 0 else nl + 1
+        elif c in "[{":
+            depth += 1
+            best = max(best, depth)
+            if best > stop:
+                return best
+        else:
+            depth = max(0, depth - 1)
+    return best
 
 
 def build(fail_on: tuple[str, ...] | list[str] = (), path: Path | None = None) -> Thresholds:

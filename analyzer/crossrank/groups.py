@@ -16,6 +16,7 @@ their group's description says otherwise.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -24,6 +25,8 @@ import numpy as np
 import polars as pl
 
 from ..errors import UsageError
+from ..ingest.limits import DEFAULT as DEFAULT_LIMITS
+from ..ingest.limits import ascii_int, world_problem
 from ..rules import P2P_OPS
 
 DIMENSIONS = ("tp", "cp", "ep", "dp", "fsdp", "pp", "world", "unknown")
@@ -79,8 +82,10 @@ class Options:
     gpus_per_host: int = 8
 
 
-def parse_layout(text: str | None, order: str | None = None) -> Layout | None:
-    """``tp=8,cp=1,ep=1,dp=16,pp=4`` (any subset; missing axes are 1) in ``order`` (``tp-cp-ep-dp-pp``)."""
+def parse_layout(text: str | None, order: str | None = None, max_ranks: int = DEFAULT_LIMITS.max_ranks
+                 ) -> Layout | None:
+    """``tp=8,cp=1,ep=1,dp=16,pp=4`` (any subset; missing axes are 1) in ``order`` (``tp-cp-ep-dp-pp``); each axis
+    once, sizes in ASCII digits, the world they make at most ``max_ranks``."""
     if not text:
         return None
     names = tuple(a.strip().lower() for a in re.split(r"[-,\s]+", order) if a.strip()) if order else MEGATRON_ORDER
@@ -92,10 +97,15 @@ def parse_layout(text: str | None, order: str | None = None) -> Layout | None:
     for part in text.split(","):
         key, sep, val = part.partition("=")
         key = key.strip().lower()
-        if not sep or key not in valid or not val.strip().isdigit() or int(val) < 1:
+        n = ascii_int(val)
+        if not sep or key not in valid or n is None or n < 1:
             raise UsageError(f"--layout {text!r}: expected AXIS=N pairs such as tp=8,dp=16,pp=4 "
                              f"(axes: {', '.join(sorted(valid))})")
-        sizes[key] = int(val)
+        if key in sizes:
+            raise UsageError(f"--layout {text!r}: axis {key} is given twice (give each axis once)")
+        sizes[key] = n
+    if problem := world_problem(math.prod(sizes.values()), max_ranks):
+        raise UsageError(f"--layout {text!r}: {problem}")
     missing = [k for k in sizes if k not in names]
     if missing:
         raise UsageError(f"--layout names {', '.join(missing)}, absent from the order {'-'.join(names)}")

@@ -6,14 +6,18 @@ Every statement is written once, with ``?`` placeholders and ``{serial}`` for th
 
 from __future__ import annotations
 
+import os
 import re
 import sqlite3
+import stat
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 from ..errors import StoreError
+from ..redact import redact, remember
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 BUSY_TIMEOUT_S = 60.0  # a CI job waits this long for another job's write before giving up
@@ -24,9 +28,79 @@ def is_url(target: str) -> bool:
     return bool(re.match(r"^postgres(ql)?://", target))
 
 
-def redact(url: str) -> str:
-    """The URL without its password, for messages."""
-    return re.sub(r"://([^:/@]+):[^@]*@", r"://\1:***@", url)
+PASSWORD_HINT = "leave the password out of the URL: PGPASSWORD, ~/.pgpass or a service file (libpq reads them)"
+
+
+def split_password(url: str) -> tuple[str, str | None]:
+    """The URL without its password (user information or ``password=`` parameter) and the password, decoded.
+
+    The driver gets the password apart from the URL, so that no message of its own (libpq repeats a URL it
+    cannot parse) can hold it; both forms are remembered for the redaction. A URL that cannot be split
+    unambiguously is refused here, before the driver sees it.
+    """
+    try:
+        parts = urlsplit(url)  # ports are left to libpq (it takes host lists: h1:5432,h2:5432)
+    except ValueError as exc:
+        raise StoreError(f"{redact(url)}: not a valid PostgreSQL URL ({exc})") from None
+    userinfo, at, hostport = parts.netloc.rpartition("@")
+    if "@" in userinfo:
+        raise StoreError(f"{redact(url)}: the URL holds more than one '@' before its host; percent-encode an '@' "
+                         f"in the password as %40, or better {PASSWORD_HINT}")
+    user, _, raw = userinfo.partition(":")
+    passwords = [unquote(raw)] if raw else []
+    kept = []
+    for item in parts.query.split("&") if parts.query else []:
+        key, _, value = item.partition("=")
+        if unquote(key).strip().lower() == "password":
+            passwords.append(unquote(value))
+        else:
+            kept.append(item)
+    remember(raw, *passwords)
+    if len(set(passwords)) > 1:
+        raise StoreError(f"{redact(url)}: the URL gives two different passwords; {PASSWORD_HINT}")
+    netloc = (f"{user}@" if user else "") + hostport
+    return urlunsplit((parts.scheme, netloc, parts.path, "&".join(kept), parts.fragment)), (
+        passwords[0] if passwords else None)
+
+
+# names SQLite would open as a database that keeps nothing on disk (or as a URI of its own)
+_NOT_A_FILE = re.compile(r"^(:memory:|file:)|[?&]mode=memory\b", re.IGNORECASE)
+
+
+def sqlite_path(target: str) -> Path:
+    """The file of an SQLite store; in-memory names, URIs and empty values are refused (they would keep nothing:
+    a run reported stored would be gone when the command ends)."""
+    name = target.removeprefix("sqlite:///")
+    if not name.strip():
+        raise StoreError("the history store is empty (an unset variable?): give --store PATH (an SQLite file) or a "
+                         "postgresql:// URL")
+    if _NOT_A_FILE.search(name):
+        raise StoreError(f"{name}: an in-memory or URI database keeps nothing when commscope exits; give a file "
+                         "path or a postgresql:// URL")
+    return Path(name).expanduser()
+
+
+def _kind(mode: int) -> str:
+    for test, what in ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return what
+    return "not a regular file"
+
+
+def _head(path: Path) -> bytes:
+    """The first 16 bytes of a regular file; anything else (a FIFO would block the read) is refused. Opened
+    without blocking and checked on the open descriptor: no race between the check and the read."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise StoreError(f"{path}: is a folder, not a history store (give a file path or a postgresql:// URL)")
+        if not stat.S_ISREG(mode):
+            raise StoreError(f"{path}: is {_kind(mode)}, not a history store (give a file path or a postgresql:// URL)")
+        return os.read(fd, 16)
+    finally:
+        os.close(fd)
 
 
 class Dialect:
@@ -58,12 +132,9 @@ class SQLite(Dialect):
     @staticmethod
     def connect(path: Path, create: bool) -> sqlite3.Connection:
         """Refuse what is not an SQLite file before SQLite touches it (it would not write to it, but the
-        message would be 'file is not a database')."""
+        message would be 'file is not a database'); FIFOs and devices are refused without reading them."""
         if path.exists():
-            if path.is_dir():
-                raise StoreError(f"{path}: is a folder, not a history store (give a file path or a postgresql:// URL)")
-            with open(path, "rb") as f:
-                head = f.read(16)
+            head = _head(path)
             if head and head != SQLITE_MAGIC:
                 raise StoreError(f"{path}: not a commscope history store (not an SQLite database); "
                                  "give another --store path or a postgresql:// URL")
@@ -72,8 +143,10 @@ class SQLite(Dialect):
                              "--store ...), or set --store / $COMMSCOPE_HISTORY")
         elif not path.parent.is_dir():
             raise StoreError(f"{path}: folder {path.parent} does not exist (create it, or give another --store)")
+        # the path as a URI of our own making: SQLite never reads a name the user gave as a URI or ':memory:'
+        uri = f"file:{quote(os.path.abspath(path))}?mode={'rwc' if create else 'rw'}"
         # autocommit: transactions are explicit (BEGIN IMMEDIATE), so writers queue on the busy timeout
-        return sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        return sqlite3.connect(uri, timeout=BUSY_TIMEOUT_S, isolation_level=None, uri=True)
 
     @staticmethod
     def tune(conn: sqlite3.Connection) -> None:
@@ -121,8 +194,10 @@ class Postgres(Dialect):
         except ImportError:
             raise StoreError(f"{redact(url)}: PostgreSQL stores need psycopg (pip install 'commscope[postgres]')"
                              ) from None
+        bare, password = split_password(url)
         try:
-            return psycopg.connect(url, autocommit=True, connect_timeout=10)
+            return psycopg.connect(bare, autocommit=True, connect_timeout=10,
+                                   **({"password": password} if password is not None else {}))
         except psycopg.Error as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise StoreError(f"{redact(url)}: cannot connect to the history database: {first}") from None

@@ -34,11 +34,12 @@ def _tool_version() -> str | None:
 def add(target: str, a: Analysis, run_id: str | None = None, labels: dict[str, str] | None = None) -> str:
     """Store one analysis; returns the run ID. The store is opened (and checked) before the summary is built."""
     from .fingerprint import fingerprints
-    from .summary import metric_rows, verdict
+    from .summary import layout, metric_rows, verdict
 
     with Store.open(target, create=True) as store:
         return store.add_run(metric_rows(a), a.source, run_id=run_id, labels=labels, verdict=verdict(a),
-                             fingerprints=fingerprints(a.source.get("paths", [])), tool_version=_tool_version())
+                             fingerprints=fingerprints(a.source.get("paths", [])), tool_version=_tool_version(),
+                             layout=layout(a))
 
 
 def baseline_analysis(target: str, name: str) -> tuple[Analysis, str]:
@@ -58,7 +59,7 @@ def check(target: str, create: bool) -> None:
 def _target(target: str | None) -> str:
     from .store import default_target
 
-    return target or default_target()
+    return target if target is not None else default_target()
 
 
 def trend(target: str | None, metrics: list[str], since: str | None, labels: dict[str, str], per_rank: bool

@@ -9,6 +9,8 @@ carry a ``commscope_`` prefix so that a team's shared PostgreSQL database can ho
   fingerprints on each run, and the ``item`` key on metric rows (what-if scenario, verdict kind).
 - v3: a covering partial index of the rows a trend reads (no rank, no step): a 1,000-run trend reads
   52 k rows out of 650 k from the index alone (SQLite: 0.25 s instead of 0.5-1.0 s).
+- v4: each run's layout (its process groups as [dimension, member ranks]), so that ``compare --baseline`` checks
+  the stored run's layout as comparing two traces does; runs stored before it have none (NULL) and are said so.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Any
 from .dialect import Dialect
 
 APP = "commscope.history"
-CURRENT = 3
+CURRENT = 4
 
 V1 = (
     "CREATE TABLE commscope_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
@@ -52,6 +54,11 @@ V3 = (
 )
 
 
+V4 = (
+    "ALTER TABLE commscope_runs ADD COLUMN layout TEXT",
+)
+
+
 def _run(conn: Any, d: Dialect, statements: tuple[str, ...]) -> None:
     for s in statements:
         conn.execute(d.sql(s))
@@ -76,7 +83,11 @@ def _v3(conn: Any, d: Dialect) -> None:
     _run(conn, d, V3)
 
 
-MIGRATIONS: dict[int, Callable[[Any, Dialect], None]] = {1: _v1, 2: _v2, 3: _v3}
+def _v4(conn: Any, d: Dialect) -> None:
+    _run(conn, d, V4)
+
+
+MIGRATIONS: dict[int, Callable[[Any, Dialect], None]] = {1: _v1, 2: _v2, 3: _v3, 4: _v4}
 
 
 def version(conn: Any, d: Dialect) -> int:
@@ -84,7 +95,13 @@ def version(conn: Any, d: Dialect) -> int:
     if "commscope_meta" not in d.tables(conn):
         return 0
     row = conn.execute(d.sql("SELECT value FROM commscope_meta WHERE key = 'schema_version'")).fetchone()
-    return int(row[0]) if row else 0
+    if not row:
+        return 0
+    text = str(row[0]).strip()
+    # ASCII digits only, and a few of them: '1e400', '-1', '²' or a 10,000-digit number are damage, not versions
+    if not (text.isascii() and text.isdigit() and len(text) <= 6) or int(text) < 1:
+        raise ValueError(f"schema_version {text[:40]!r} is not a version")
+    return int(text)
 
 
 def app(conn: Any, d: Dialect) -> str | None:

@@ -21,18 +21,30 @@ from typing import Any
 import polars as pl
 
 from ..errors import StoreError
+from ..ingest.kineto.json_depth import depth as json_depth
+from ..redact import redact, remember, secrets_in_url
 from . import schema
-from .dialect import Dialect, Postgres, SQLite, is_url, redact
+from .dialect import Dialect, Postgres, SQLite, is_url, sqlite_path
 from .summary import KEYS, ROW_SCHEMA
 
 DEFAULT_PATH = "commscope-history.sqlite"
+MAX_JSON_DEPTH = 64  # a stored run's JSON columns nest ~4 deep
 ENV = "COMMSCOPE_HISTORY"
 METRIC_COLS = ("run_id", "metric", *KEYS, "value")
 
 
 def default_target() -> str:
-    """``$COMMSCOPE_HISTORY``, else ``commscope-history.sqlite`` in the current folder."""
-    return os.environ.get(ENV) or DEFAULT_PATH
+    """``$COMMSCOPE_HISTORY``, else ``commscope-history.sqlite`` in the current folder. Set but empty (a CI
+    secret a fork's job does not get) is refused, not taken for unset: the runs would land in a file the job
+    throws away."""
+    value = os.environ.get(ENV)
+    if value is None:
+        return DEFAULT_PATH
+    if not value.strip():
+        raise StoreError(f"${ENV} is set but empty (an unset secret?): set it to a store, or unset it to use "
+                         f"{DEFAULT_PATH}")
+    remember(*secrets_in_url(value))
+    return value
 
 
 def new_run_id() -> str:
@@ -68,11 +80,12 @@ class Store:
         """``create``: make a new store when there is none (``history add``); read commands pass False."""
         target = str(target)
         if is_url(target):
+            remember(*secrets_in_url(target))
             d: Dialect = Postgres()
             conn = Postgres.connect(target)
             shown = redact(target)
         else:
-            path = Path(target.removeprefix("sqlite:///")).expanduser()
+            path = sqlite_path(target)
             d = SQLite()
             conn = SQLite.connect(path, create)
             shown = str(path)
@@ -89,6 +102,8 @@ class Store:
         return store
 
     def _check_and_migrate(self, create: bool) -> None:
+        """Read-only checks first (a commscope store, of a version this commscope reads), then the first write
+        (WAL mode rewrites an SQLite header): nothing is written to a store that is not known to be ours."""
         d, conn = self.d, self.conn
         tables = d.tables(conn)
         if "commscope_meta" not in tables:
@@ -99,12 +114,12 @@ class Store:
                 raise StoreError(f"{self.target}: no history store here yet (add a run first: commscope history add)")
         elif schema.app(conn, d) != schema.APP:
             raise StoreError(f"{self.target}: not a commscope history store (its meta table belongs to another tool)")
-        if isinstance(d, SQLite):
-            SQLite.tune(conn)
-        v = schema.version(conn, d)
+        v = self._version()
         if v > schema.CURRENT:
             raise StoreError(f"{self.target}: written by a newer commscope (store schema v{v}, this one reads up to "
                              f"v{schema.CURRENT}); upgrade commscope")
+        if isinstance(d, SQLite):
+            SQLite.tune(conn)
         if v < schema.CURRENT:
             with d.write(conn):
                 if isinstance(d, Postgres):
@@ -113,9 +128,16 @@ class Store:
                 if v < schema.CURRENT:
                     schema.migrate(conn, d, v)
 
+    def _version(self) -> int:
+        try:
+            return schema.version(self.conn, self.d)
+        except ValueError as exc:
+            raise StoreError(f"{self.target}: a damaged commscope history store ({exc}); restore it from a backup or "
+                             "give another --store") from None
+
     @property
     def version(self) -> int:
-        return schema.version(self.conn, self.d)
+        return self._version()
 
     def close(self) -> None:
         self.conn.close()
@@ -134,9 +156,12 @@ class Store:
     @_driver_errors
     def add_run(self, rows: pl.DataFrame, source: dict, run_id: str | None = None, labels: dict[str, str] | None = None,
                 verdict: dict | None = None, fingerprints: list[dict] | None = None, tool_version: str | None = None,
-                added_at: str | None = None) -> str:
-        """Store one run whole (one transaction); returns its ID. An existing ID is refused."""
+                added_at: str | None = None, layout: list | None = None) -> str:
+        """Store one run whole (one transaction); returns its ID. An existing ID is refused. ``layout``: the run's
+        process groups as [dimension, member ranks] (``summary.layout``), for compare's comparability checks."""
         run_id = run_id or new_run_id()
+        # the stored run goes through the same redaction as every printed text (a label may hold a URL)
+        labels = {redact(str(k)): redact(str(v)) for k, v in (labels or {}).items()}
         rows = rows.select([pl.col(c).cast(t) for c, t in ROW_SCHEMA.items()])
         cols = rows.with_columns(pl.lit(run_id).alias("run_id")).select(METRIC_COLS)
         data = list(zip(*[cols[c].to_list() for c in METRIC_COLS]))  # per column: a third of DataFrame.rows()
@@ -145,14 +170,15 @@ class Store:
                 if self._q("SELECT 1 FROM commscope_runs WHERE run_id = ?", (run_id,)):
                     raise StoreError(f"{self.target}: run {run_id!r} is already stored (give another --run ID)")
                 self.conn.execute(self.d.sql(
-                    "INSERT INTO commscope_runs (run_id, added_at, source, verdict, labels, tool_version, fingerprints)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?)"),
-                    (run_id, added_at or _now(), json.dumps(source, sort_keys=True),
+                    "INSERT INTO commscope_runs (run_id, added_at, source, verdict, labels, tool_version, fingerprints,"
+                    " layout) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"),
+                    (run_id, added_at or _now(), redact(json.dumps(source, sort_keys=True)),
                      None if verdict is None else json.dumps(verdict, sort_keys=True),
-                     json.dumps(labels or {}, sort_keys=True), tool_version, json.dumps(fingerprints or [])))
+                     redact(json.dumps(labels, sort_keys=True)), tool_version,
+                     redact(json.dumps(fingerprints or [])), None if layout is None else json.dumps(layout)))
                 if labels:
                     self.d.insert_many(self.conn, "commscope_labels", ("run_id", "key", "value"),
-                                       [(run_id, k, str(v)) for k, v in sorted(labels.items())])
+                                       [(run_id, k, v) for k, v in sorted(labels.items())])
                 if data:
                     self.d.insert_many(self.conn, "commscope_metrics", METRIC_COLS, data)
         except self.d.integrity:
@@ -183,15 +209,31 @@ class Store:
 
     @_driver_errors
     def run(self, run_id: str) -> dict:
-        rows = self._q("SELECT seq, run_id, added_at, source, verdict, fingerprints, tool_version FROM commscope_runs "
-                       "WHERE run_id = ?", (run_id,))
+        rows = self._q("SELECT seq, run_id, added_at, source, verdict, fingerprints, tool_version, layout FROM "
+                       "commscope_runs WHERE run_id = ?", (run_id,))
         if not rows:
             raise StoreError(f"{self.target}: no run {run_id!r} in the store (commscope history trend lists them)")
-        seq, rid, added, source, verdict, fps, version = rows[0]
+        seq, rid, added, source, verdict, fps, version, layout = rows[0]
         labels = dict(self._q("SELECT key, value FROM commscope_labels WHERE run_id = ? ORDER BY key", (run_id,)))
-        return {"seq": seq, "run_id": rid, "added_at": added, "source": json.loads(source),
-                "verdict": json.loads(verdict) if verdict else None, "fingerprints": json.loads(fps or "[]"),
-                "tool_version": version, "labels": labels}
+        return {"seq": seq, "run_id": rid, "added_at": added, "source": self._json(source, dict, run_id, "source"),
+                "verdict": self._json(verdict, dict, run_id, "verdict") if verdict else None,
+                "fingerprints": self._json(fps or "[]", list, run_id, "fingerprints"),
+                "tool_version": version, "labels": labels,
+                "layout": self._json(layout, list, run_id, "layout") if layout is not None else None}
+
+    def _json(self, text: object, kind: type, run_id: str, what: str) -> Any:
+        """A JSON column of a stored run, parsed with its nesting bounded (a damaged store is one line, never a
+        recursion a file controls)."""
+        try:
+            if not isinstance(text, str) or json_depth(text.encode()) > MAX_JSON_DEPTH:
+                raise ValueError(f"nested deeper than {MAX_JSON_DEPTH}")
+            value = json.loads(text)
+            if not isinstance(value, kind):
+                raise ValueError(f"not a JSON {kind.__name__}")
+            return value
+        except ValueError as exc:
+            raise StoreError(f"{self.target}: run {run_id!r} is damaged ({what}: {exc}); restore the store or add "
+                             "the run again") from None
 
     @_driver_errors
     def labels(self, run_ids: list[str] | None = None) -> dict[str, dict[str, str]]:

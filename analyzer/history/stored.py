@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from ..analysis import Analysis
+from ..compare.gate import LAYOUT_STORED
 from ..errors import StoreError
 from ..rules import NS_PER_MS
 from .store import Store
@@ -58,12 +59,28 @@ def load_analysis(store: Store, run_id: str) -> Analysis:
                  {m: m for m in DIMENSION_METRICS}, ["rank", "dimension"])
     inst = rows.filter(pl.col("metric") == "instance_busbw_gbps").select(
         "op", pl.col("size_bucket").alias("bytes"), pl.col("value").alias("busbw_gbps"), "step")
-    v = rec["verdict"]
-    verdict = StoredVerdict(int(v["rank"]), v["kind"]) if v else None
+    verdict = _verdict(store, run_id, rec["verdict"])
+    groups = None
+    if rec["layout"] is not None:  # the process groups compare's layout check reads (schema v4 on)
+        groups = pl.DataFrame({"dimension": [d for d, _ in rec["layout"]], "ranks": [r for _, r in rec["layout"]]},
+                              schema={"dimension": pl.String, "ranks": pl.List(pl.Int64)})
+    # a run stored before v4 has no layout: compare says so instead of skipping the check (compare/gate.py)
+    source = {**rec["source"], LAYOUT_STORED: rec["layout"] is not None}
     return Analysis(
-        source=rec["source"], ranks=ranks, steps=steps, collectives=inst, bandwidth=pl.DataFrame(),
+        source=source, ranks=ranks, steps=steps, collectives=inst, bandwidth=pl.DataFrame(),
         ranking=pl.DataFrame(), verdict=verdict, roots=(verdict,) if verdict else (), blame=None, clock=None,
-        matching={}, warnings=(), traces=None, dimensions=dims if dims.height else None, whatif=_whatif(rows))
+        matching={}, warnings=(), traces=None, dimensions=dims if dims.height else None, whatif=_whatif(rows),
+        process_groups=groups)
+
+
+def _verdict(store: Store, run_id: str, v: object) -> StoredVerdict | None:
+    if not v:
+        return None
+    try:
+        return StoredVerdict(int(v["rank"]), str(v["kind"]))  # type: ignore[index]
+    except (KeyError, TypeError, ValueError, OverflowError):
+        raise StoreError(f"{store.target}: run {run_id!r} is damaged (its verdict is {str(v)[:80]}); add it again"
+                         ) from None
 
 
 def _whatif(rows: pl.DataFrame) -> StoredWhatIf | None:

@@ -170,3 +170,11 @@ def verdict(a: Analysis) -> dict | None:
         return None
     return {"rank": int(v.rank), "kind": v.kind, "root_caused_wait_ms": v.root_caused_wait_ns / NS_PER_MS,
             "confidence": float(v.confidence), "chain": [list(c.via) for c in v.chain]}
+
+
+def layout(a: Analysis) -> list[list]:
+    """The run's process groups as [dimension, sorted member ranks], sorted: what compare's layout check reads."""
+    g = a.process_groups
+    if g is None or g.height == 0:
+        return []
+    return sorted([str(d), sorted(int(r) for r in rs)] for d, rs in g.select("dimension", "ranks").iter_rows())

@@ -6,6 +6,12 @@ process-group member lists are kept once for all entries (``groups/``, by conten
 manifests of a job's ranks stay O(ranks) bytes in all, not O(ranks^2). Small files parsed in one worker
 task share a pack (``packs/``: four Parquet files for all of them); each entry's manifest names its pack
 and its rows there.
+
+An entry proves what it holds (``digest.py``): its manifest records the key it was made for (the hash of the
+input's path, size, mtime, parser version and read options) and the SHA-256 of every Parquet file it reads.
+A manifest under another key's folder, or a file whose bytes are not the recorded ones, makes the entry a
+miss: the file is parsed again and the entry replaced, never trusted by its name or its row counts. The
+trace itself is not hashed on a cached run (that would cost what the cache saves): its identity is the key.
 """
 
 from __future__ import annotations
@@ -28,17 +34,20 @@ import polars as pl
 from ..model import ProcessGroup, RankMeta, RankTrace
 from . import Reader, reader_for
 from .cachedir import cache_dir
+from .digest import file_digest, files_digests, read_regular
 from .discover import TraceFile
 from .options import ReadOptions
 
 # bump when a reader's tables change: old entries are then ignored (7: p2p peers and split sizes, launches
 # of GPU work only, Nsight NCCL/step ranges only, impossible GPU times left for the loader to count;
-# 8: long process-group member lists stored once in the cache dir, manifests refer to them; packs)
-PARSER_VERSION = "8"
+# 8: long process-group member lists stored once in the cache dir, manifests refer to them; packs;
+# 9: manifests record their key and the digest of every file they read)
+PARSER_VERSION = "9"
 _TABLES = ("gpu", "cpu", "comm_calls", "steps")
 GROUPS_DIR = "groups"  # beside the entries: member lists by content hash, shared by every rank that lists them
 _INLINE_MEMBERS = 64  # shorter member lists stay in the manifest
 _JOINT_READ_BYTES = 1 << 20  # Parquet files of a table smaller than this on average are read in one go
+MAX_MANIFEST_BYTES = 64 << 20  # a manifest (or a member list) past this is damage: long member lists are apart
 
 
 def cache_key(tf: TraceFile, opts: ReadOptions) -> str:
@@ -100,13 +109,23 @@ def load_entry(folder: Path) -> list[RankTrace] | None:
 
 
 def load_entries(folders: list[Path]) -> list[list[RankTrace] | None]:
-    """Many entries at once (None for an absent or damaged one): each pack's tables read once, in one
-    Parquet read per table over all packs, and sliced back per rank (many small ranks)."""
+    """Many entries at once (None for an absent, damaged or unproven one): each pack's tables read once, in one
+    Parquet read per table over all packs, and sliced back per rank (many small ranks). Every file an entry
+    reads is hashed once and must match the entry's recorded digest."""
     shared: dict[tuple[str, str, bytes], ProcessGroup] = {}
     entries = [_manifest(f, shared) for f in folders]
-    packs = _read_packs(sorted({e["pack"] for es in entries if es for e in es}), folders[0].parent if folders else None)
+    root = folders[0].parent if folders else None
+    wanted = sorted({name for es in entries if es for name in es[1]})
+    base = str(root)
+    found = dict(zip(wanted, files_digests([os.path.join(base, n) for n in wanted]))) if root is not None else {}
+    proven: list[list[dict] | None] = [
+        es[0] if es is not None and all(found.get(n) == d for n, d in es[1].items()) else None for es in entries]
+    for folder, es, ok in zip(folders, entries, proven):
+        if es is not None and ok is None:
+            _digests.pop(str(folder), None)  # read but not proven: no derived entry may count on it
+    packs = _read_packs(sorted({e["pack"] for es in proven if es for e in es}), root)
     out: list[list[RankTrace] | None] = []
-    for es in entries:
+    for es in proven:
         traces = []
         for e in es or ():
             tables = packs.get(e["pack"])
@@ -150,19 +169,46 @@ def _manifest_decoder() -> msgspec.json.Decoder:
                                            else hints[f.name]) for f in dataclasses.fields(RankMeta)])
     entry = msgspec.defstruct("_RawEntry", [("meta", meta), ("steps_on_gpu", bool), ("pack", str),
                                             ("rows", tuple[tuple[int, int], ...])])
-    return msgspec.json.Decoder(list[entry])
+    manifest = msgspec.defstruct("_RawManifest", [("key", str), ("files", dict[str, str]),
+                                                  ("entries", tuple[entry, ...])])
+    return msgspec.json.Decoder(manifest)
 
 
 _DECODE_MANIFEST = _manifest_decoder()
 _META_FIELDS = tuple(f.name for f in dataclasses.fields(RankMeta))
 
 
-def _manifest(folder: Path, shared: dict[tuple[str, str, bytes], ProcessGroup]) -> list[dict] | None:
-    """The entry's metadata; each process group is decoded once and is the one object ``shared`` holds
-    for it, so thousands of ranks listing the same world group cost one copy (memory flat in ranks)."""
+_digests: dict[str, str] = {}  # entry folder -> digest of the manifest this process last read or wrote there
+
+
+def entry_digest(folder: Path) -> str | None:
+    """The digest of the entry's manifest (which holds the digests of its files): what the job's derived tables
+    record as made from this rank. The one this process read or wrote, else the file's now; None: no entry."""
+    known = _digests.get(str(folder))
+    if known is not None:
+        return known
     try:
+        return file_digest(folder / "manifest.json")
+    except OSError:
+        return None
+
+
+def _safe(name: str) -> bool:
+    return not name.startswith(("/", ".")) and ".." not in name and "\\" not in name
+
+
+def _manifest(folder: Path, shared: dict[tuple[str, str, bytes], ProcessGroup]
+              ) -> tuple[list[dict], dict[str, str]] | None:
+    """The entry's metadata and the digests of the files it reads; each process group is decoded once and is
+    the one object ``shared`` holds for it, so thousands of ranks listing the same world group cost one copy
+    (memory flat in ranks). None: absent, damaged, or made for another key."""
+    try:
+        data = read_regular(folder / "manifest.json", MAX_MANIFEST_BYTES)
+        raw_manifest = _DECODE_MANIFEST.decode(data)
+        if raw_manifest.key != folder.name or not all(_safe(n) for n in raw_manifest.files):
+            return None  # copied from another key's folder: not this input's tables
         entries = []
-        for raw in _DECODE_MANIFEST.decode((folder / "manifest.json").read_bytes()):
+        for raw in raw_manifest.entries:
             m = raw.meta
             groups = []
             for g in m.process_groups:
@@ -174,20 +220,23 @@ def _manifest(folder: Path, shared: dict[tuple[str, str, bytes], ProcessGroup]) 
                 groups.append(pg)
             fields = {f: getattr(m, f) for f in _META_FIELDS}
             fields["process_groups"] = tuple(groups)
-            if len(raw.rows) != len(_TABLES) or raw.pack.startswith(("/", ".")) or ".." in raw.pack:
+            if len(raw.rows) != len(_TABLES) or not _safe(raw.pack):
                 return None
+            if any(f"{raw.pack}/{name}.parquet" not in raw_manifest.files for name in _TABLES):
+                return None  # a file without its digest is not proven
             entries.append({"meta": RankMeta(**fields), "steps_on_gpu": raw.steps_on_gpu, "pack": raw.pack,
                             "rows": raw.rows})
-        return entries
-    except (OSError, ValueError, KeyError, TypeError, msgspec.DecodeError):
-        return None  # absent, or a damaged cache entry: rebuilt, never trusted
+        _digests[str(folder)] = hashlib.sha256(data).hexdigest()
+        return entries, dict(raw_manifest.files)
+    except (OSError, ValueError, KeyError, TypeError, OverflowError, RecursionError, msgspec.DecodeError):
+        return None  # absent, or a damaged cache entry (nested past the recursion limit too): rebuilt, never trusted
 
 
 def _members(root: Path, ref: str) -> bytes:
     """A stored member list, checked against its content hash; a damaged one is removed (so the entry's
     rebuild writes it again) and raises."""
     path = root / GROUPS_DIR / f"{ref}.json"
-    data = path.read_bytes()
+    data = read_regular(path, MAX_MANIFEST_BYTES)
     if _ref(data) != ref:
         path.unlink(missing_ok=True)
         raise ValueError(f"damaged member list {path}")
@@ -270,38 +319,43 @@ def store_many(items: list[tuple[Path, list[RankTrace]]]) -> None:
     traces = [t for _, ts in items for t in ts]
     if len(traces) <= 1:
         for folder, ts in items:
-            _write_entry(folder, ts, None, [0] * len(_TABLES))
+            _write_entry(folder, ts, None, [0] * len(_TABLES), {})
         return
     try:
         tables = {name: pl.concat([getattr(t, name) for t in traces], how="vertical") for name in _TABLES}
     except (pl.exceptions.SchemaError, pl.exceptions.ShapeError, pl.exceptions.InvalidOperationError):
         for folder, ts in items:  # tables of different shapes: one entry each
-            _write_entry(folder, ts, None, [0] * len(_TABLES))
+            _write_entry(folder, ts, None, [0] * len(_TABLES), {})
         return
     (root / PACKS_DIR).mkdir(exist_ok=True)
     pack = Path(tempfile.mkdtemp(dir=root / PACKS_DIR, prefix="p-"))  # named by no manifest until whole
     try:
+        files = {}
         for name in _TABLES:
             tables[name].write_parquet(pack / f"{name}.parquet", compression="lz4")
+            files[f"{PACKS_DIR}/{pack.name}/{name}.parquet"] = file_digest(pack / f"{name}.parquet")
         offsets = [0] * len(_TABLES)
         for folder, ts in items:
-            offsets = _write_entry(folder, ts, f"{PACKS_DIR}/{pack.name}", offsets)
+            offsets = _write_entry(folder, ts, f"{PACKS_DIR}/{pack.name}", offsets, files)
     except BaseException:
         shutil.rmtree(pack, ignore_errors=True)  # entries already written that name it read as damaged
         raise
 
 
-def _write_entry(folder: Path, traces: list[RankTrace], pack: str | None, offsets: list[int]) -> list[int]:
-    """Write ``folder``'s manifest (without ``pack``: each trace's tables in a subfolder of its own); the
-    offsets after its rows in ``pack``."""
+def _write_entry(folder: Path, traces: list[RankTrace], pack: str | None, offsets: list[int],
+                 pack_files: dict[str, str]) -> list[int]:
+    """Write ``folder``'s manifest (without ``pack``: each trace's tables in a subfolder of its own) with its key
+    and the digest of every file it reads (``pack_files``: the pack's); the offsets after its rows in ``pack``."""
     tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=".tmp-"))
     try:
         entries = []
+        files = dict(pack_files)
         for i, t in enumerate(traces):
             if pack is None:
                 (tmp / str(i)).mkdir()
                 for name in _TABLES:
                     getattr(t, name).write_parquet(tmp / str(i) / f"{name}.parquet", compression="lz4")
+                    files[f"{folder.name}/{i}/{name}.parquet"] = file_digest(tmp / str(i) / f"{name}.parquet")
                 offsets = [0] * len(_TABLES)
             meta = {f: getattr(t.meta, f) for f in _META_FIELDS}
             meta["process_groups"] = _stored_groups(folder.parent, t.meta.process_groups)
@@ -310,10 +364,12 @@ def _write_entry(folder: Path, traces: list[RankTrace], pack: str | None, offset
             entries.append({"meta": meta, "steps_on_gpu": t.steps_on_gpu, "pack": pack or f"{folder.name}/{i}",
                             "rows": rows})
         # msgspec writes the fields as asdict + json.dumps would, without deep-copying every member rank
-        (tmp / "manifest.json").write_bytes(msgspec.json.encode(entries))
+        data = msgspec.json.encode({"key": folder.name, "files": files, "entries": entries})
+        (tmp / "manifest.json").write_bytes(data)
         if folder.exists():
             shutil.rmtree(folder, ignore_errors=True)
         os.replace(tmp, folder)  # atomic: concurrent readers see a whole entry or none
+        _digests[str(folder)] = hashlib.sha256(data).hexdigest()
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)

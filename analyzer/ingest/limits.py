@@ -11,6 +11,10 @@ Each has a default that real captures stay far below and a CLI flag to raise it 
   annotations): bounds the decoded objects and tables.
 - ``max_json_depth`` (``--max-json-depth``): nesting of arrays and objects anywhere in a Kineto document (a
   real one nests 6 deep). The parser recurses per level; the check runs before it, at memory-bandwidth speed.
+- ``max_ranks`` (``--max-ranks``): the largest world a job may have: a rank number (from a file name, a trace,
+  ``--rank-map``) must be below it, and a declared world size or a layout at most it. Tables and groups grow
+  with the world (a world group lists every rank), so a file named ``rank3000000000`` must not make one of 3
+  billion. The default is past the largest jobs trained today (~100 k GPUs); memory stays O(max_ranks).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ class Limits:
     max_inflate_ratio: int = 100
     max_events: int = 50_000_000
     max_json_depth: int = 64
+    max_ranks: int = 1 << 20
 
 
 DEFAULT = Limits()
@@ -44,6 +49,29 @@ def parse_size(text: str) -> int | None:
     return int(float(m[1]) * _UNIT[m[2].lower()])
 
 
+def rank_problem(rank: object, limit: int) -> str | None:
+    """Why ``rank`` cannot be a rank number under ``max_ranks = limit`` (None: it can)."""
+    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
+        return f"rank {rank!r} is not a rank number (0, 1, 2, ...)"
+    if rank >= limit:
+        return f"rank {rank:,} is past --max-ranks {limit:,} (raise it if the job really has that many ranks)"
+    return None
+
+
+def world_problem(world: object, limit: int) -> str | None:
+    """Why a declared world size or a layout's product cannot be one under ``max_ranks = limit``."""
+    if isinstance(world, int) and not isinstance(world, bool) and world > limit:
+        return f"a world of {world:,} ranks is past --max-ranks {limit:,} (raise it if the job really has that many)"
+    return None
+
+
+def ascii_int(text: str) -> int | None:
+    """A non-negative integer written in ASCII digits (``int`` also takes '²'-like digits it then fails on, and
+    '٣'), at most 18 of them; None otherwise."""
+    t = text.strip()
+    return int(t) if t.isascii() and t.isdigit() and len(t) <= 18 else None
+
+
 def size_text(n: int) -> str:
     for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if n >= scale:
@@ -51,4 +79,5 @@ def size_text(n: int) -> str:
     return f"{n} bytes"
 
 
-__all__ = ["DEFAULT", "GIB", "Limits", "RATIO_FLOOR", "parse_size", "size_text"]
+__all__ = ["DEFAULT", "GIB", "Limits", "RATIO_FLOOR", "ascii_int", "parse_size", "rank_problem", "size_text",
+           "world_problem"]

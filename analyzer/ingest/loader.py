@@ -38,7 +38,7 @@ from .discover import TraceFile, discover_all
 from .hygiene import drop_invalid_gpu
 from .lean import lean_reader, read_lean
 from .limits import DEFAULT as DEFAULT_LIMITS
-from .limits import Limits
+from .limits import Limits, rank_problem, world_problem
 from .sanity import check_gpu
 from .workers import no_main_reimport, parse_bytes, pool_pays, prestart, worker_context
 
@@ -192,7 +192,8 @@ def load(paths: list[Path], options: LoadOptions | None = None) -> TraceSet:
         from .inspector.reader import load_logs
 
         return load_logs(files, options.ranks, options.jobs)
-    derived_key = _derived_key(files, options)  # before reading, as each rank's entry is keyed
+    files, named = _within_max_ranks(files, options)
+    derived_key = _derived_key(files, options)  # before reading, as each rank's entry is keyed (key, rank keys)
     results = [*set_aside, *_read_all(files, options)]
     if options.cache and not options.scheduler:
         from .cachedir import mark_seen
@@ -207,11 +208,15 @@ def load(paths: list[Path], options: LoadOptions | None = None) -> TraceSet:
             traces.extend(res)
     traces, invalid, dropped = drop_invalid_gpu(traces)
     skipped += invalid
+    traces, too_big = _ranks_within(traces, options.limits.max_ranks)
+    skipped += too_big
     if not traces:
         if len(skipped) == 1:
             raise TraceError(skipped[0].path, skipped[0].reason.split(": ", 1)[-1])
         raise UsageError("no rank could be read: " + "; ".join(s.reason for s in skipped))
+    named = _dropped_hints(traces, named, options.limits.max_ranks)
     traces, warnings = _settle_ranks(traces)
+    warnings = named + warnings
     warnings += check_job(traces)  # ranks that cannot be one job: one line, exit 2
     if options.ranks is not None:
         traces = [t for t in traces if t.meta.rank in options.ranks]
@@ -222,8 +227,46 @@ def load(paths: list[Path], options: LoadOptions | None = None) -> TraceSet:
     return assemble(traces, skipped, warnings, options.step_marker, derived_key)
 
 
-def _derived_key(files: list[TraceFile], options: LoadOptions) -> str | None:
-    """The key of the job's cached derived tables (``derived.py``); None without the cache."""
+def _within_max_ranks(files: list[TraceFile], options: LoadOptions) -> tuple[list[TraceFile], dict[str, int]]:
+    """``--max-ranks`` before reading: a ``--rank-map`` value past it is a usage error; a number in a file name
+    past it is no rank (a job id, a pid: ``step_based_trace_2543932.json``): the file is read as one without a
+    rank in its name (returned: path -> the number, for the warning where no other rank is found). A world of
+    that many ranks is never built from a file name."""
+    limit = options.limits.max_ranks
+    for name, rank in (options.rank_map or {}).items():
+        if problem := rank_problem(rank, limit):
+            raise UsageError(f"--rank-map {name}={rank}: {problem}")
+    kept, dropped = [], {}
+    for tf in files:
+        if tf.rank_hint is not None and rank_problem(tf.rank_hint, limit):
+            dropped[str(tf.path)] = tf.rank_hint
+            tf = replace(tf, rank_hint=None)
+        kept.append(tf)
+    return kept, dropped
+
+
+def _dropped_hints(traces: list[RankTrace], dropped: dict[str, int], limit: int) -> list[str]:
+    """The warning for each file whose name's number was no rank and that states none either."""
+    return [f"{Path(t.meta.source).name}: the number {dropped[t.meta.source]:,} in its file name is past --max-ranks "
+            f"{limit:,}: not taken as its rank" for t in traces if t.meta.rank < 0 and t.meta.source in dropped]
+
+
+def _ranks_within(traces: list[RankTrace], limit: int) -> tuple[list[RankTrace], list[Skipped]]:
+    """Ranks whose number or declared world size is past ``--max-ranks``: skipped, named."""
+    kept, past = [], []
+    for t in traces:
+        problem = (rank_problem(t.meta.rank, limit) if t.meta.rank >= 0 else None) or world_problem(
+            t.meta.world_size, limit)
+        if problem:
+            past.append(Skipped(t.meta.source, f"{t.meta.source}: {problem}"))
+        else:
+            kept.append(t)
+    return kept, past
+
+
+def _derived_key(files: list[TraceFile], options: LoadOptions) -> tuple[str, list[str]] | None:
+    """The key of the job's cached derived tables (``derived.py``) and the ranks' cache keys it is derived from;
+    None without the cache."""
     if not options.cache or any(f.format in UNCACHED for f in files):  # op tables are never cached, nor what they derive
         return None
     from . import derived
@@ -234,7 +277,7 @@ def _derived_key(files: list[TraceFile], options: LoadOptions) -> str | None:
                                           step_marker=options.step_marker)) for tf in files]
         return derived.job_key(keys, [options.step_marker, sorted((options.rank_map or {}).items()),
                                       list(options.ranks) if options.ranks is not None else None, options.layout,
-                                      repr(options.limits)])
+                                      repr(options.limits)]), keys
     except OSError:  # a file gone meanwhile, or commscope's source unreadable: derived afresh, not cached
         return None
 
@@ -380,7 +423,7 @@ def _concat(schema: dict[str, pl.DataType], frames: list[pl.DataFrame],
 
 
 def assemble(traces: list[RankTrace], skipped: list[Skipped], warnings: list[str],
-             step_marker: str | None = None, derived_key: str | None = None) -> TraceSet:
+             step_marker: str | None = None, derived_key: tuple[str, list[str]] | None = None) -> TraceSet:
     """The job's tables; with ``derived_key``, the checked GPU table, steps and collectives come from the
     job's cached entry where there is one (``derived.py``), and are stored there otherwise."""
     gpu = _concat(GPU_SCHEMA, [t.gpu for t in traces], GPU_OPTIONAL)
@@ -388,13 +431,13 @@ def assemble(traces: list[RankTrace], skipped: list[Skipped], warnings: list[str
     if derived_key is not None:
         from . import derived
 
-        hit = derived.load(derived_key)
+        hit = derived.load(*derived_key)
         if hit is not None:
             warnings.extend(hit.warnings)
             return TraceSet(
                 ranks=tuple(t.meta for t in traces), gpu=gpu if hit.gpu is None else hit.gpu, cpu=cpu,
                 collectives=hit.collectives, steps=hit.steps, skipped=tuple(skipped), warnings=tuple(warnings),
-                job_key=derived_key,
+                job_key=derived_key[0],
             )
     said = len(warnings)
     raw = gpu
@@ -429,10 +472,10 @@ def assemble(traces: list[RankTrace], skipped: list[Skipped], warnings: list[str
         from . import derived
 
         same = gpu.height == raw.height and gpu.equals(raw)  # the checks fixed nothing: the ranks' tables are it
-        derived.store(derived_key, derived.Derived(None if same else gpu, steps, table, warnings[said:]))
+        derived.store(*derived_key, derived.Derived(None if same else gpu, steps, table, warnings[said:]))
     return TraceSet(
         ranks=tuple(t.meta for t in traces), gpu=gpu, cpu=cpu, collectives=table, steps=steps,
-        skipped=tuple(skipped), warnings=tuple(warnings), job_key=derived_key,
+        skipped=tuple(skipped), warnings=tuple(warnings), job_key=derived_key[0] if derived_key else None,
     )
 
 

@@ -13,6 +13,7 @@ from typing import Any
 import msgspec
 import polars as pl
 
+from ... import patterns
 from ...rules import STEP_MARKER, STEP_PREFIX
 from ..options import ReadOptions
 from .tables import (
@@ -92,13 +93,17 @@ class TooManyEvents(Exception):
     """More events for the tables than ``Limits.max_events``: the reader words it with the file's name."""
 
 
+_MARKER_CATS = frozenset(("gpu_user_annotation", "user_annotation", "cpu_op"))
+
+
 class _Selection:
     """One pass over the events, keeping only those some table reads (file order preserved)."""
 
     def __init__(self, header: Any, options: ReadOptions, cpu_ops: bool) -> None:
         self.header = header
         self.cpu_cats = _CPU_CATS if cpu_ops else {k: v for k, v in _CPU_CATS.items() if v != "op"}
-        self.pattern = re.compile(options.step_marker) if options.step_marker else _STEP_RE
+        # a user's marker runs in a linear-time engine, matched per distinct name (analyzer/patterns.py)
+        self.pattern = patterns.check(options.step_marker, "--step-marker") if options.step_marker else _STEP_RE
         self.default_marker = not options.step_marker
         self.max_events = options.limits.max_events
         self.not_complete = 0  # GPU-category events that are not complete ("X") events: not read, counted
@@ -110,6 +115,8 @@ class _Selection:
 
     def feed(self, events: list[Any]) -> None:
         gpu_cats, cpu_cats, pattern, plain = _GPU_CATS, self.cpu_cats, self.pattern, self.default_marker
+        if not plain:  # the chunk's new annotation names in one call of the engine
+            pattern.search_all(str(e.name) for e in events if e.ph == "X" and e.cat in _MARKER_CATS)
         gpu, cpu, comm, gsteps, csteps = self.gpu, self.cpu, self.comm, self.gpu_steps, self.cpu_steps
         for e in events:
             if e.ph != "X":
@@ -123,7 +130,7 @@ class _Selection:
                 cpu.append(e)
             if name == "record_param_comms" and e.args is not None:
                 comm.append(e)
-            if cat == "gpu_user_annotation" or cat == "user_annotation" or cat == "cpu_op":
+            if cat in _MARKER_CATS:
                 # the default marker can only match names starting "ProfilerStep#": skip the regex otherwise
                 if plain and not (type(name) is str and name.startswith(STEP_PREFIX)):
                     continue

@@ -32,7 +32,7 @@ import polars as pl
 
 from ...errors import TraceError
 from ...model import ProcessGroup, RankMeta, RankTrace
-from ..limits import DEFAULT, Limits
+from ..limits import DEFAULT, Limits, rank_problem
 from ..options import ReadOptions
 from ..source import GZIP_MAGIC, UTF8_BOM, inflate, nonfinite_as_null, read_bytes, strip_bom
 from . import json_depth
@@ -227,6 +227,8 @@ def _rank_meta(path: Path, trace: _Header, options: ReadOptions, not_complete: i
     elif declared is not None and declared < 0:
         raise TraceError(path, f"distributedInfo.rank is {declared}: a rank is never negative",
                          f"set this file's rank with --rank-map {path.name}=RANK")
+    elif declared is not None and (problem := rank_problem(declared, options.limits.max_ranks)):
+        raise TraceError(path, f"distributedInfo.{problem}", f"or set this file's rank with --rank-map {path.name}=RANK")
     elif declared is not None:
         rank, source = int(info["rank"]), "distributedInfo"
     elif options.rank_hint is not None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import json
-import re
 import sqlite3
 from collections.abc import Mapping
 from types import MappingProxyType
@@ -18,7 +17,7 @@ from typing import Any
 
 import polars as pl
 
-from ...errors import UsageError
+from ... import patterns
 from ...model import COMM_CALL_SCHEMA, STEP_SCHEMA
 from ...rules import DIRECTED_P2P_OPS, NVTX_STEP_MARKER, STEP_PREFIX
 from ...timeline import op_from_collective_name
@@ -90,7 +89,7 @@ def read_ranges(conn: sqlite3.Connection, schema: Schema, warnings: list[str], m
     ).drop("global_tid")
     # the rule itself (the SQL above only narrows): NCCL ranges, PyTorch's nccl:<op>, step markers
     wanted = ranges.filter(~pl.col("is_nccl") & ~pl.col("name").str.contains(_TORCH_NCCL))
-    markers, _ = _marker_hits(wanted, marker or DEFAULT_STEP_MARKER, _compile(marker or DEFAULT_STEP_MARKER))
+    markers, _ = _marker_hits(wanted, _compile(marker or DEFAULT_STEP_MARKER))
     return pl.concat([ranges.filter(pl.col("is_nccl") | pl.col("name").str.contains(_TORCH_NCCL)), markers]).sort(
         "start_ns", maintain_order=True)
 
@@ -111,11 +110,9 @@ def _wanted(cols: frozenset[str], strings: bool, nccl_domains: list[int], marker
     return f" AND ({' OR '.join(conds)})" if conds else " AND 0"
 
 
-def _compile(pattern: str) -> re.Pattern[str]:
-    try:
-        return re.compile(pattern)
-    except re.error as exc:
-        raise UsageError(f"--step-marker {pattern!r} is not a valid regular expression: {exc}") from None
+def _compile(pattern: str) -> patterns.UserPattern:
+    """The marker, checked once (analyzer/patterns.py: a linear-time engine; one line where it cannot run)."""
+    return patterns.check(pattern, "--step-marker")
 
 
 def _coalesce(exprs: list[str]) -> str:
@@ -341,9 +338,8 @@ def steps(ranges: pl.DataFrame, marker: str | None) -> pl.DataFrame:
     Step number: the marker's first capture group when it is a number, else the first integer
     in the text, else the ordinal of the range.
     """
-    pattern = marker or DEFAULT_STEP_MARKER
-    rx = _compile(pattern)
-    hit, group = _marker_hits(ranges.filter(~pl.col("is_nccl")), pattern, rx)
+    rx = _compile(marker or DEFAULT_STEP_MARKER)
+    hit, group = _marker_hits(ranges.filter(~pl.col("is_nccl")), rx)
     if hit.height == 0:
         return pl.DataFrame(schema={"pid": pl.Int64, **STEP_SCHEMA})
     first_int = hit["name"].str.extract(r"(\d+)", 1).cast(pl.Int64, strict=False)
@@ -364,19 +360,7 @@ def steps(ranges: pl.DataFrame, marker: str | None) -> pl.DataFrame:
     )
 
 
-def _marker_hits(cand: pl.DataFrame, pattern: str, rx: re.Pattern[str]) -> tuple[pl.DataFrame, pl.Series | None]:
+def _marker_hits(cand: pl.DataFrame, rx: patterns.UserPattern) -> tuple[pl.DataFrame, pl.Series | None]:
     """Ranges whose text matches, and the first capture group's text (when the marker has one)."""
-    try:
-        hit = cand.filter(pl.col("name").str.contains(pattern))
-        return hit, (hit["name"].str.extract(pattern, 1) if rx.groups else None)
-    except pl.exceptions.PolarsError:
-        pass
-    # Python-only syntax (look-arounds, backreferences): match each distinct text once in Python.
-    found: dict[str, str | None] = {}
-    for name in cand["name"].unique().to_list():
-        m = rx.search(name)
-        if m:
-            found[name] = m.group(1) if rx.groups else None
-    hit = cand.filter(pl.col("name").is_in(list(found)))
-    group = hit["name"].replace_strict(found, return_dtype=pl.Utf8) if rx.groups else None
-    return hit, group
+    hit = cand.filter(rx.contains("name"))
+    return hit, (hit.select(rx.first_group("name")).to_series() if rx.groups else None)

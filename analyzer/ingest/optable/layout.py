@@ -15,6 +15,13 @@ from pathlib import Path
 
 from ...errors import TraceError, UsageError
 from ...model import ProcessGroup
+from ..digest import read_regular
+from ..limits import DEFAULT as DEFAULT_LIMITS
+from ..limits import ascii_int, world_problem
+
+MAX_META_BYTES = 1 << 20  # a JobMeta file is a few hundred bytes
+MAX_META_DEPTH = 16  # it is one flat mapping
+MAX_META_EVENTS = 100_000
 
 # group kind -> (pg name prefix, description read by crossrank.groups' description rules)
 GROUP_KINDS = {
@@ -67,10 +74,34 @@ def meta_path(trace: Path) -> Path | None:
     names = [f"{stem}.meta.yaml", f"{stem}.meta.yml"]
     if stem.startswith("trace-"):
         names += [f"meta-{stem[6:]}.yaml", f"meta-{stem[6:]}.yml"]
-    return next((trace.parent / n for n in names if (trace.parent / n).is_file()), None)
+    # exists, not is_file: a FIFO or a device in its place is refused by read_meta, not silently ignored
+    return next((trace.parent / n for n in names if (trace.parent / n).exists()), None)
 
 
-def read_meta(path: Path, trace: Path) -> Layout:
+def _bounded_yaml(text: str) -> object:
+    """``yaml.safe_load`` of a document without anchors or aliases (a billion-laughs file expands a few hundred
+    bytes into gigabytes through them; a JobMeta file has none), nested at most ``MAX_META_DEPTH`` (the composer
+    recurses per level) and of at most ``MAX_META_EVENTS`` events: checked on the parser's event stream, which
+    builds nothing, before anything is composed. Raises ValueError (or the parser's YAMLError)."""
+    import yaml
+
+    depth = events = 0
+    for ev in yaml.parse(text, Loader=yaml.SafeLoader):
+        events += 1
+        if isinstance(ev, yaml.AliasEvent) or getattr(ev, "anchor", None):
+            raise ValueError("uses YAML anchors or aliases (refused: they can expand without bound)")
+        if isinstance(ev, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            depth += 1
+            if depth > MAX_META_DEPTH:
+                raise ValueError(f"nests deeper than {MAX_META_DEPTH} levels")
+        elif isinstance(ev, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            depth -= 1
+        if events > MAX_META_EVENTS:
+            raise ValueError(f"holds more than {MAX_META_EVENTS:,} YAML events")
+    return yaml.safe_load(text)
+
+
+def read_meta(path: Path, trace: Path, max_ranks: int = DEFAULT_LIMITS.max_ranks) -> Layout:
     """Sizes from a What-if ``JobMeta`` YAML (``dp_size``, ``pp_size``, ``tp_size``, ``dsp_size``, ``vpp_size``,
     ``world_size``). Errors name the trace (whose ranks are then skipped) and the meta file."""
     import yaml  # only op tables need it
@@ -79,8 +110,8 @@ def read_meta(path: Path, trace: Path) -> Layout:
         return TraceError(trace, f"its meta file {path} {problem}", hint)
 
     try:
-        doc = yaml.safe_load(path.read_text())
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        doc = _bounded_yaml(read_regular(path, MAX_META_BYTES).decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, yaml.YAMLError) as exc:
         raise bad(f"cannot be read as YAML ({str(exc).splitlines()[0]})", "fix the meta file or remove it") from None
     if not isinstance(doc, dict):
         raise bad("is not a mapping of sizes", "expected keys like dp_size: 4, pp_size: 4")
@@ -92,25 +123,36 @@ def read_meta(path: Path, trace: Path) -> Layout:
                 raise bad(f"gives {key} {val!r}, not a positive integer")
             sizes[axis] = val
     lay = Layout(**sizes, source=f"meta {path.name}")
+    if problem := world_problem(lay.world, max_ranks):
+        raise bad(f"describes {problem}")
     world = doc.get("world_size")
     if world is not None and world != lay.world:
         raise bad(f"gives world_size {world}, not tp*dsp*dp*pp = {lay.world}")
     return lay
 
 
-def parse_layout_text(text: str) -> Layout:
-    """``--layout tp=4,cp=1,dp=4,pp=4[,vpp=1]`` (``dsp`` accepted for cp; ep only as 1: op tables know no experts)."""
+def parse_layout_text(text: str, max_ranks: int = DEFAULT_LIMITS.max_ranks) -> Layout:
+    """``--layout tp=4,cp=1,dp=4,pp=4[,vpp=1]`` (``dsp`` accepted for cp; ep only as 1: op tables know no experts);
+    each axis once, ASCII digits, a world of at most ``max_ranks``."""
     sizes: dict[str, int] = {}
+    seen: set[str] = set()
     for part in text.split(","):
         key, sep, val = part.partition("=")
         key = {"dsp": "cp"}.get(key.strip().lower(), key.strip().lower())
-        ok = sep and val.strip().isdigit() and int(val) >= 1 and key in ("tp", "cp", "dp", "pp", "vpp", "ep")
-        if not ok or key == "ep" and int(val) != 1:
+        n = ascii_int(val)
+        ok = sep and n is not None and n >= 1 and key in ("tp", "cp", "dp", "pp", "vpp", "ep")
+        if not ok or key == "ep" and n != 1:
             raise UsageError(f"--layout {text!r} is not an op table's layout (give AXIS=N pairs among tp, cp, dp, "
                              "pp, vpp, e.g. tp=4,dp=4,pp=4)")
+        if key in seen:
+            raise UsageError(f"--layout {text!r}: axis {key} is given twice (give each axis once)")
+        seen.add(key)
         if key != "ep":
-            sizes[key] = int(val)
-    return Layout(**sizes, source="--layout")
+            sizes[key] = n  # type: ignore[assignment]
+    lay = Layout(**sizes, source="--layout")
+    if problem := world_problem(lay.world, max_ranks):
+        raise UsageError(f"--layout {text!r}: {problem}")
+    return lay
 
 
 def infer(ranks: list[tuple[int, int, int]]) -> Layout | None:

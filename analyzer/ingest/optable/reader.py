@@ -30,6 +30,7 @@ from ...model import (
     conform,
     empty,
 )
+from ..limits import world_problem
 from ..options import ReadOptions
 from . import deps as optable_deps
 from . import layout as lay_mod
@@ -83,19 +84,21 @@ def _layout(path: Path, table: Table, opts: ReadOptions) -> lay_mod.Layout:
 
 def _sizes(path: Path, table: Table, opts: ReadOptions) -> lay_mod.Layout:
     if opts.layout:
-        return lay_mod.parse_layout_text(opts.layout)
+        return lay_mod.parse_layout_text(opts.layout, opts.limits.max_ranks)
     meta = lay_mod.meta_path(path)
     if meta is not None:
-        return lay_mod.read_meta(meta, path)
+        return lay_mod.read_meta(meta, path, opts.limits.max_ranks)
     df = table.df
     if "dp_rank" in df.columns and "stage" in df.columns:
         got = lay_mod.infer(df.select("rank", "dp_rank", "stage").unique().rows())
-        if got is not None:
-            return got
-        raise TraceError(path, "has ranks that do not follow a tp-cp-dp-pp order and no meta file",
-                         "put meta-<name>.yaml (dp_size, pp_size, tp_size, dsp_size) beside it")
-    # no coordinates at all: a pure data-parallel job of the recorded ranks
-    return lay_mod.Layout(dp=int(df["rank"].max()) + 1, source="no dp_rank/stage columns: pure data parallel")
+        if got is None:
+            raise TraceError(path, "has ranks that do not follow a tp-cp-dp-pp order and no meta file",
+                             "put meta-<name>.yaml (dp_size, pp_size, tp_size, dsp_size) beside it")
+    else:  # no coordinates at all: a pure data-parallel job of the recorded ranks
+        got = lay_mod.Layout(dp=int(df["rank"].max()) + 1, source="no dp_rank/stage columns: pure data parallel")
+    if problem := world_problem(got.world, opts.limits.max_ranks):  # a world group lists every rank
+        raise TraceError(path, f"its rank numbers make {problem}")
+    return got
 
 
 def _coords(path: Path, table: Table, lay: lay_mod.Layout) -> pl.DataFrame:
