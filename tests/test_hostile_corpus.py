@@ -30,7 +30,10 @@ def corpus(scratch: Path) -> dict[tuple[str, str], dict]:
 
 
 def test_the_corpus_is_the_issues_127_cases() -> None:
-    assert len(CASES) == 127 and len({c.name for c in CASES}) == 127
+    traces = [c for c in CASES if c.api == "analyze"]
+    dumps = hc.flight_recorder_cases()  # issue #42's Flight Recorder cases
+    assert len(traces) == 127 and len(CASES) == 127 + len(dumps) and len({c.name for c in CASES}) == len(CASES)
+    assert len(dumps) >= 18
 
 
 def test_no_hang_traceback_or_silent_change(corpus: dict) -> None:

