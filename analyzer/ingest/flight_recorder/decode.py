@@ -24,11 +24,12 @@ import msgspec
 
 from ...errors import TraceError
 from ..kineto import json_depth
+from ..limits import DEFAULT
 from ..source import GZIP_MAGIC, read_bytes
 
 KNOWN_MAJOR = 2  # dump versions 2.0 .. 2.10 (torch 2.3 .. 2.13) share the fields read here
 PICKLE_PROTO = b"\x80"
-DEFAULT_DEPTH = 64  # ingest.limits.Limits.max_json_depth's default (a dump nests 6 deep)
+DEFAULT_DEPTH = DEFAULT.max_json_depth  # --max-json-depth's default (a dump nests 6 deep)
 _CONTAINERS = frozenset((dict, list, tuple, set, frozenset))
 
 
