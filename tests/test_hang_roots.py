@@ -122,3 +122,16 @@ def test_a_waiting_group_with_nothing_blocking_it_is_a_root_after_the_groups_tha
     assert [h["gid"] for h in out] == ["tp", "alone", "dp"]
     assert [h["cause"] for h in out] == ["never_entered", "waiting", "blocked"]
     assert [h["root"] for h in out] == [True, True, False] and out[0]["explains"] == 1
+
+
+@pytest.mark.parametrize("scenario, cause", [("never_joined", "never_entered"), ("wrong_size", "mismatch"),
+                                             ("wrong_op", "mismatch"), ("missing_dump", "no_dump")])
+def test_the_cause_of_each_generated_hang(tmp_path: Path, scenario: str, cause: str) -> None:
+    """Why the root cannot complete by itself. A wrong op at the hang is no skip: one collective matching the op of
+    an earlier seq is not a shift (a shift must explain two collectives or more)."""
+    from sample_traces.flight_recorder_gen import Job
+    from sample_traces.flight_recorder_gen import write as write_gen
+
+    write_gen(Job(16, scenario), tmp_path / "d")
+    h = triage(tmp_path / "d").hang
+    assert h["cause"] == cause and not h.get("shift") and not h.get("desync")

@@ -130,3 +130,25 @@ def test_send_recv_is_pp_only_between_stages() -> None:
     assert dict(tp_pp.select("pg", "dimension").iter_rows())["s04"] == "pp"
     pure = table([("s01", [0, 1], "p2p"), ("s12", [1, 2], "p2p")])
     assert set(pure["dimension"]) == {"pp"}
+
+
+def test_matched_pairs_take_their_stages() -> None:
+    """Pairs of matched send/recv kernels (not a group of their own): a 4-stage pipeline on the world group (every
+    pair between stages, ranks 2 -> 1 as well as 0 -> 1) is pp; inside a tp x dp job a pair of dp peers is dp."""
+    def rows(pairs: list[tuple[int, int]]) -> pl.DataFrame:
+        out = []
+        for i, (a, b) in enumerate(pairs):
+            for r in (a, b):
+                out.append({"rank": r, "pg": "0", "group_ranks": "0,1,2,3", "comm": "0", "instance": i,
+                            "match_rule": "p2p_peer"})
+        return pl.DataFrame(out)
+
+    world = pl.DataFrame({"pg": ["0"], "ranks": [[0, 1, 2, 3]], "size": [4], "dimension": ["world"],
+                          "dimension_source": ["desc"], "intra_node": [True]})
+    got = pgroups.row_dimensions(rows([(0, 1), (2, 1), (2, 3)]), world, None)
+    assert set(got["dimension"]) == {"pp"}
+    tp_dp = pl.concat([world, pl.DataFrame({
+        "pg": ["1", "2", "3", "4"], "ranks": [[0, 1], [2, 3], [0, 2], [1, 3]], "size": [2] * 4,
+        "dimension": ["tp", "tp", "dp", "dp"], "dimension_source": ["geometry"] * 4, "intra_node": [True] * 4})])
+    got = pgroups.row_dimensions(rows([(1, 3), (0, 1)]), tp_dp, None)
+    assert got.sort("instance", "rank")["dimension"].to_list() == ["dp", "dp", "tp", "tp"]

@@ -318,7 +318,7 @@ def _p2p_within_stages(g: pl.DataFrame, world: int) -> pl.DataFrame:
     made.sort(key=lambda m: m[0])
     fixed: dict[int, str] = {}
     for gid, ranks in p2p.select("_gid", "ranks").iter_rows():
-        if len({stage.get(int(r), -1 - int(r)) for r in ranks}) == 1:
+        if all(int(r) in stage for r in ranks) and len({stage[int(r)] for r in ranks}) == 1:
             members = set(ranks)
             fixed[gid] = next((d for _, d, m in made if members <= m), "unknown")
     if not fixed:
@@ -387,7 +387,7 @@ def _pair_by_stage(rows: pl.DataFrame, grp: pl.DataFrame) -> pl.Expr:
     made.sort(key=lambda m: m[0])
     dims = {}
     for a, b in pairs.iter_rows():
-        if a == b or stage.get(int(a), -1 - int(a)) != stage.get(int(b), -2 - int(b)):
+        if a == b or int(a) not in stage or stage[int(a)] != stage.get(int(b)):  # a rank in no group: its own stage
             dims[(a, b)] = "pp"
         else:
             dims[(a, b)] = next((d for _, d, m in made if a in m and b in m), "unknown")

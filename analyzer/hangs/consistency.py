@@ -193,7 +193,7 @@ def _record(g: dict, seq: int, rows: list[dict], missing: list[int]) -> dict:
 
 def _with_shift(d: dict, s: pl.DataFrame) -> dict:
     """The odd rank's signatures from this seq on against the reference's ``k`` seqs later (k = 1..MAX_SHIFT: it
-    skipped k; k < 0: it ran -k extra): the smallest k under which every seq it has matches."""
+    skipped k; k < 0: it ran -k extra): the smallest k under which every seq it has matches, two at least."""
     if not d["ranks"] or len(d["ranks"]) > 3:
         return d
     g = s.filter((pl.col("gid") == d["gid"]) & (pl.col("seq") >= d["seq"] - MAX_SHIFT))
@@ -204,7 +204,8 @@ def _with_shift(d: dict, s: pl.DataFrame) -> dict:
         for k in (*range(1, MAX_SHIFT + 1), *range(-1, -MAX_SHIFT - 1, -1)):
             pairs = [(sig, ref.get(q + k)) for q, sig in mine.items()]
             pairs = [(a, b) for a, b in pairs if b is not None]
-            if pairs and all(a == b for a, b in pairs) and (k > 0 or len(pairs) == len(mine)):
+            # two collectives at least: one alone matching another seq's op is no evidence of a shift
+            if len(pairs) >= 2 and all(a == b for a, b in pairs) and (k > 0 or len(pairs) == len(mine)):
                 found[rank] = {"rank": rank, "by": k, "first": min(mine), "last": max(mine), "compared": len(pairs)}
                 break
     if len(found) == len(d["ranks"]):
