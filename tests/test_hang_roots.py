@@ -93,6 +93,10 @@ def test_held_out_2d_mesh_desync(tmp_path: Path, scenario: str) -> None:
     verb = "all_gathered 1 MiB" if scenario == "wrong_op_tp" else "all_reduced 2 MiB"
     assert first.startswith(f"Desync: rank {culprit} {verb} Float where ranks "), first
     assert f": all_reduce #{truth['seq']} of pg {truth['group']} (tp)" in first
+    from analyzer.views.hang_grid import grid_cells  # the grid marks the desync's cell although all completed it
+
+    cell = {(c["label"], c["seq"]): c for c in grid_cells(a)}[(truth["group"], truth["seq"])]
+    assert (cell["completed"], cell["mismatched"], cell["state"]) == (4, 1, 2)
 
 
 def test_json_dumps_and_the_cli(tmp_path: Path) -> None:

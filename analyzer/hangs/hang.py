@@ -78,10 +78,19 @@ def analyze(entries: pl.DataFrame, dump_ranks: list[int], pg_config: dict[int, d
         h["went_astray"] = order.divergence(e, h, groups) if h.get("cause") == "never_entered" else []
         for k in ("last_completed", "last_entry"):
             h[k] = {r: {f: v for f, v in x.items() if f != "frames"} for r, x in h[k].items()}
+    grid = _grid_mismatches(grid, checked.records)
     state = {h["gid"]: "hung" for h in stuck if h["kind"] == "collective"}
     groups = groups.with_columns(pl.col("gid").replace_strict(state, default="ok").alias("state"))
     return Hang(root, tuple(stuck), groups, grid, tuple(unmatched), missing_dumps, world, checked.records,
                 checked.total)
+
+
+def _grid_mismatches(grid: pl.DataFrame, records: tuple[dict, ...]) -> pl.DataFrame:
+    """The grid's cells with how many members entered them with another op, size or dtype."""
+    odd = pl.DataFrame({"gid": [r["gid"] for r in records], "seq": [r["seq"] for r in records],
+                        "mismatched": [len(r["ranks"]) for r in records]},
+                       schema={"gid": pl.Utf8, "seq": pl.Int64, "mismatched": pl.Int32})
+    return grid.join(odd, on=["gid", "seq"], how="left").with_columns(pl.col("mismatched").fill_null(0))
 
 
 def _answer(stuck: list[dict], desyncs: tuple[dict, ...], per: pl.DataFrame, have: set[int]) -> dict | None:

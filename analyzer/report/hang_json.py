@@ -23,7 +23,7 @@ MISMATCH_FIELDS = ("group", "pg", "desc", "dimension", "seq", "op", "bytes", "dt
                    "since_ns")
 GROUP_FIELDS = ("pg", "desc", "ranks", "size", "dimension", "dimension_source", "guess", "intra_node", "label",
                 "state", "members_source")
-GRID_FIELDS = ("label", "seq", "op", "size", "completed", "waiting", "missing", "no_dump")
+GRID_FIELDS = ("label", "seq", "op", "size", "completed", "waiting", "missing", "no_dump", "mismatched")
 P2P_FIELDS = ("pg", "op", "src", "dst", "rank", "peer", "seq", "bytes", "dtype", "since_ns", "peer_has_dump")
 
 
