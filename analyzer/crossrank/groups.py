@@ -13,11 +13,8 @@ guess: the whole world; a group that only carries send/recv: pp; only all-to-all
 stride-1 ranks inside one host: tp; any other constant stride: dp). Send/recv pairs count under pp unless the layout or
 their group's description says otherwise.
 
-Send/recv is pp only where a pipeline can be: between **stages**, the sets of ranks that the job's collective groups
-(not the world's, not pp or unknown ones) join together. A tp x dp (or tp x FSDP) job joins every rank into one
-stage, so a send/recv there (a 4 KiB exchange on the 2-rank communicator PyTorch gives each pair) is no pipeline:
-its group (or pair) takes the dimension of the smallest collective group holding both ranks, else unknown. A
-pure pipeline job (no other collective group) has one stage per rank, and every pair is pp.
+Without a layout, send/recv is pp only between pipeline stages (``stages``): inside a tp x dp job it takes the
+dimension of the smallest collective group holding both ranks.
 """
 
 from __future__ import annotations
@@ -31,6 +28,7 @@ import polars as pl
 
 from ..errors import UsageError
 from ..rules import P2P_OPS
+from .stages import p2p_within_stages, pair_by_stage
 
 DIMENSIONS = ("tp", "cp", "ep", "dp", "fsdp", "pp", "world", "unknown")
 MEGATRON_ORDER = ("tp", "cp", "ep", "dp", "pp")  # fastest-varying first (Megatron's "tp-cp-ep-dp-pp")
@@ -268,7 +266,7 @@ def _classify(g: pl.DataFrame, world: int, hosts: pl.DataFrame | None, opts: Opt
         .otherwise(pl.lit("unknown"))
     )
     g = g.with_columns(by_desc.alias("_desc_dim"), geometry.alias("_geo_dim"), intra.alias("intra_node"))
-    g = _p2p_within_stages(g, world)
+    g = p2p_within_stages(g, world)
     return g.with_columns(
         pl.coalesce("_layout_dim", "_desc_dim", "_geo_dim").alias("dimension"),
         pl.when(pl.col("_layout_dim").is_not_null()).then(pl.lit("layout"))
@@ -277,54 +275,6 @@ def _classify(g: pl.DataFrame, world: int, hosts: pl.DataFrame | None, opts: Opt
     ).with_columns((pl.col("dimension_source") == "geometry").alias("guess")).select(
         "pg", "desc", "ranks", "size", "dimension", "dimension_source", "guess", "intra_node", "_key", "_traffic"
     )
-
-
-_NOT_STAGE = ("pp", "world", "unknown")
-
-
-def stages(g: pl.DataFrame, world: int) -> tuple[dict[int, int], list[tuple[int, str, frozenset[int]]]]:
-    """rank -> its stage (module doc), and the collective groups that make them (size, dimension, members).
-    ``g``: groups with ``ranks``, ``size`` and ``dimension`` (``_traffic`` where known: send/recv-only groups
-    join nothing)."""
-    dim = pl.coalesce(*[c for c in ("dimension", "_layout_dim", "_desc_dim", "_geo_dim") if c in g.columns])
-    cond = (pl.col("size") < world) & ~dim.is_in(_NOT_STAGE).fill_null(True)
-    if "_traffic" in g.columns:
-        cond = cond & (pl.col("_traffic").is_null() | (pl.col("_traffic") != "p2p"))
-    coll = g.filter(cond).select("size", dim.alias("_d"), "ranks")
-    parent: dict[int, int] = {}
-
-    def find(x: int) -> int:
-        parent.setdefault(x, x)
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    made = []
-    for size, d, ranks in coll.iter_rows():
-        made.append((int(size), str(d), frozenset(ranks)))
-        for r in ranks[1:]:
-            parent[find(int(r))] = find(int(ranks[0]))
-    return {r: find(r) for r in list(parent)}, made
-
-
-def _p2p_within_stages(g: pl.DataFrame, world: int) -> pl.DataFrame:
-    """Send/recv-only groups that geometry called pp but whose ranks are all in one stage: the dimension of the
-    smallest collective group holding them all, else unknown."""
-    p2p = g.filter((pl.col("_traffic") == "p2p") & (pl.col("size") < world))
-    if p2p.height == 0:
-        return g
-    stage, made = stages(g, world)
-    made.sort(key=lambda m: m[0])
-    fixed: dict[int, str] = {}
-    for gid, ranks in p2p.select("_gid", "ranks").iter_rows():
-        if all(int(r) in stage for r in ranks) and len({stage[int(r)] for r in ranks}) == 1:
-            members = set(ranks)
-            fixed[gid] = next((d for _, d, m in made if members <= m), "unknown")
-    if not fixed:
-        return g
-    return g.with_columns(pl.col("_gid").replace_strict(fixed, default=None, return_dtype=pl.Utf8)
-                          .fill_null(pl.col("_geo_dim")).alias("_geo_dim"))
 
 
 def _by_layout(members: pl.DataFrame, layout: Layout) -> pl.DataFrame:
@@ -376,31 +326,6 @@ def pg_dimensions(grp: pl.DataFrame) -> dict[str, str]:
     return out if len(set(out.values())) > 1 else {}
 
 
-def _pair_by_stage(rows: pl.DataFrame, grp: pl.DataFrame) -> pl.Expr:
-    """Without a layout, a matched pair between two stages is pp; within one, the dimension of the smallest
-    collective group holding both ranks, else unknown (module doc)."""
-    pairs = rows.filter(pl.col("_peer_rank").is_not_null()).select("rank", "_peer_rank").unique()
-    if pairs.height == 0:
-        return pl.lit("pp")
-    world = max(int(grp["size"].max() or 0), int(rows["rank"].max() or 0) + 1) if grp.height else 0
-    stage, made = stages(grp, world) if grp.height else ({}, [])
-    made.sort(key=lambda m: m[0])
-    dims = {}
-    for a, b in pairs.iter_rows():
-        if a == b or int(a) not in stage or stage[int(a)] != stage.get(int(b)):  # a rank in no group: its own stage
-            dims[(a, b)] = "pp"
-        else:
-            dims[(a, b)] = next((d for _, d, m in made if a in m and b in m), "unknown")
-    keys = pl.DataFrame({"rank": [k[0] for k in dims], "_peer_rank": [k[1] for k in dims], "_pd": list(dims.values())},
-                        schema={"rank": rows.schema["rank"], "_peer_rank": rows.schema["_peer_rank"], "_pd": pl.Utf8})
-    # a small lookup: rank * (max + 1) + peer -> dimension
-    base = int(max(keys["rank"].max(), keys["_peer_rank"].max())) + 1
-    lookup = dict(zip((keys["rank"].cast(pl.Int64) * base + keys["_peer_rank"].cast(pl.Int64)).to_list(),
-                      keys["_pd"].to_list(), strict=True))
-    return (pl.col("rank").cast(pl.Int64) * base + pl.col("_peer_rank").cast(pl.Int64)).replace_strict(
-        lookup, default="pp", return_dtype=pl.Utf8)
-
-
 def row_dimensions(rows: pl.DataFrame, grp: pl.DataFrame, layout: Layout | None) -> pl.DataFrame:
     """Each comm kernel's dimension and intra_node: its group's; p2p pairs their own (see module doc)."""
     key = pl.when(pl.col("pg").is_not_null()).then(pl.format("{}|{}", "pg", pl.col("group_ranks").fill_null("")))
@@ -423,7 +348,7 @@ def row_dimensions(rows: pl.DataFrame, grp: pl.DataFrame, layout: Layout | None)
         pl.when(pl.col("match_rule").is_in(_P2P_RULES))
         .then(pl.col("rank").sum().over("instance") - pl.col("rank")).alias("_peer_rank")
     )
-    pair_dim = pair_dimension(layout) if layout is not None else _pair_by_stage(out, grp)
+    pair_dim = pair_dimension(layout) if layout is not None else pair_by_stage(out, grp)
     # a pair whose group is not in the table (no source) is judged by its own ranks, not left unknown
     named = pl.col("_src").is_in(["layout", "desc"]) & ~pl.col("dimension").is_in(["world", "unknown"])
     group_says = named.fill_null(False)
