@@ -156,8 +156,11 @@ def headline(a: HangAnalysis) -> list[str]:
     h = r.hang
     if h is None:
         groups = r.groups.height
-        lines = [f"No hang: every process group's latest collective completed on all its members, and every "
-                 f"collective matches across them ({groups} groups, {a.source['entries']} entries)."]
+        lines = [f"No hang: every process group's latest collective completed on all its members, and no collective "
+                 f"differs in op, size or dtype across them ({groups} groups, {a.source['entries']} entries)."]
+        if r.mismatch_count:
+            lines.append(f"{r.mismatch_count} collective(s) differ only in state or in who has entered them yet "
+                         "(dumps taken moments apart): the mismatch table and the JSON report list them.")
     elif h.get("desync"):
         lines = [f"Desync: {desync_sentence(h)}."]
     else:
