@@ -26,7 +26,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import polars as pl
 
 MAX_PER_GROUP = 64  # mismatched collectives listed per group (earliest first; PyTorch stops after 10)
@@ -127,38 +126,35 @@ def _group_order(gid: str) -> tuple[str, int]:
 
 def _missing(s: pl.DataFrame, groups: pl.DataFrame, have: set[int]) -> dict[tuple[str, int], list[int]]:
     """(gid, seq) -> members with a dump whose buffer covers the seq (their first entry in the group is not later;
-    members with no entry in the group count from where every member's buffer has begun) and have no entry."""
+    members with no entry in the group count from where every member's buffer has begun) and have no entry.
+    Counted in columns (a 4,096-rank job has ~20 k (group, rank) pairs); only the short collectives are listed."""
     out: dict[tuple[str, int], list[int]] = {}
     span = s.group_by("gid", "rank").agg(pl.col("seq").min().alias("lo"))
-    seqs = s.group_by("gid").agg(pl.col("seq").unique().sort().alias("seqs"),
-                                 pl.len().alias("_entries"))
-    n_at = {(g, q): n for g, q, n in s.group_by("gid", "seq").agg(pl.len()).iter_rows()}
-    short: list[tuple[str, int]] = []
-    floors: dict[str, int | None] = {}
-    lo: dict[str, dict[int, int]] = {}
-    for g, r, x in span.iter_rows():
-        lo.setdefault(g, {})[r] = x
-    members = dict(groups.select("gid", "ranks").iter_rows())
-    for g, qs, _ in seqs.iter_rows():
-        dumped = [m for m in members.get(g, []) if m in have]
-        mine = lo.get(g, {})
-        los = np.sort(np.array([mine[m] for m in dumped if m in mine], dtype=np.int64))
-        absent = [m for m in dumped if m not in mine]
-        floor = int(los.max()) if los.size else None
-        floors[g] = floor
-        qs_arr = np.asarray(qs, dtype=np.int64)
-        covering = np.searchsorted(los, qs_arr, side="right")  # members whose first seq is <= this seq
-        for q, cov in zip(qs, covering.tolist()):
-            expected = cov + (len(absent) if floor is not None and q >= floor else 0)
-            if expected > n_at.get((g, q), 0):
-                short.append((g, q))
-    if not short:
+    dumped = (groups.select("gid", pl.col("ranks").alias("rank")).explode("rank")
+              .filter(pl.col("rank").is_in(list(have))).group_by("gid").agg(pl.len().alias("_dumped")))
+    per_gid = span.group_by("gid").agg(pl.len().alias("_with"), pl.col("lo").max().alias("_floor")).join(
+        dumped, on="gid", how="left").with_columns((pl.col("_dumped").fill_null(0) - pl.col("_with")).clip(0)
+                                                   .alias("_absent"))
+    # members whose first seq is <= this seq: the running count of first seqs, taken as of each seq
+    firsts = span.group_by("gid", "lo").agg(pl.len().alias("_k")).sort("gid", "lo").with_columns(
+        pl.col("_k").cum_sum().over("gid").alias("_cov"))
+    at = (s.group_by("gid", "seq").agg(pl.len().alias("_n")).sort("gid", "seq")
+          .join_asof(firsts.select("gid", pl.col("lo").alias("seq"), "_cov"), on="seq", by="gid", strategy="backward",
+                     check_sortedness=False)  # both sorted by gid, then seq
+          .join(per_gid, on="gid", how="left")
+          .with_columns((pl.col("_cov").fill_null(0) + pl.when(pl.col("seq") >= pl.col("_floor"))
+                         .then(pl.col("_absent")).otherwise(0)).alias("_expected")))
+    short = at.filter(pl.col("_expected") > pl.col("_n")).select("gid", "seq")
+    if short.height == 0:
         return out
-    keys = pl.DataFrame({"gid": [k[0] for k in short], "seq": [k[1] for k in short]},
-                        schema={"gid": pl.Utf8, "seq": pl.Int64})
-    ranks_at = {(g, q): set(rs) for g, q, rs in s.join(keys, on=["gid", "seq"]).group_by("gid", "seq")
+    lo: dict[str, dict[int, int]] = {}
+    for g, r, x in span.join(short.select("gid").unique(), on="gid").iter_rows():
+        lo.setdefault(g, {})[r] = x
+    floors = dict(per_gid.select("gid", "_floor").iter_rows())
+    members = dict(groups.select("gid", "ranks").iter_rows())
+    ranks_at = {(g, q): set(rs) for g, q, rs in s.join(short, on=["gid", "seq"]).group_by("gid", "seq")
                 .agg(pl.col("rank")).iter_rows()}
-    for g, q in short:
+    for g, q in short.iter_rows():
         mine = lo.get(g, {})
         have_q = ranks_at.get((g, q), set())
         floor = floors.get(g)
