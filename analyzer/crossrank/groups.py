@@ -125,6 +125,21 @@ def from_description(desc: str | None) -> str | None:
     return None
 
 
+_GENERIC = ("undefined", "default_pg", "")  # descriptions many unrelated groups share: no family
+
+
+def generic_desc(desc: str | None) -> bool:
+    """A description that says nothing of a group's role (torch's "undefined", the world's "default_pg")."""
+    return desc is None or desc in _GENERIC
+
+
+def sibling_family() -> pl.Expr:
+    """Groups that run the same program on other ranks (a DeviceMesh dimension's groups): the same description and
+    size; a group with a generic description is a family of its own (``gid``). Reads ``gid``, ``desc``, ``size``."""
+    return pl.when(pl.col("desc").is_null() | pl.col("desc").is_in(list(_GENERIC))).then(pl.col("gid")) \
+        .otherwise(pl.format("{}|{}", "desc", "size"))
+
+
 def family(name: pl.Expr) -> pl.Expr:
     """A communicator name's family: 'tp_3' -> 'tp', 'default_pg' -> 'world' (digits and separators dropped).
     NCCL Inspector logs name communicators, not process groups; this is their dimension."""

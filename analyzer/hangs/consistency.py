@@ -28,6 +28,8 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from ..crossrank.groups import sibling_family
+
 MAX_PER_GROUP = 64  # mismatched collectives listed per group (earliest first; PyTorch stops after 10)
 MAX_SHIFT = 3  # collectives skipped (or added) that the shift test looks for
 _NO_IN_SIZE = ("all_to_all", "scatter", "coalesced")
@@ -59,8 +61,7 @@ def signatures(per: pl.DataFrame, groups: pl.DataFrame) -> pl.DataFrame:
         | ((op == "reduce_scatter") & (pl.col("in_numel") != pl.col("out_numel") * n))
         | ((op == "all_reduce") & (pl.col("in_sizes") != pl.col("out_sizes")))
     ).fill_null(False)
-    fam = pl.when(pl.col("desc").is_null() | pl.col("desc").is_in(["undefined", "default_pg", ""])) \
-        .then(pl.col("gid")).otherwise(pl.format("{}|{}", "desc", "size"))
+    fam = sibling_family()
     return per.join(groups.select("gid", "desc", "size"), on="gid", how="left").with_columns(
         op.alias("_op"), pl.concat_str([in_size, out_size], separator="|").alias("size_sig"),
         pl.concat_str([in_dt, out_dt], separator="|").alias("dtype_sig"), bad_self.alias("bad_self"),

@@ -17,6 +17,8 @@ from collections import Counter
 
 import polars as pl
 
+from ..crossrank.groups import sibling_family
+
 MAX_CULPRITS = 3
 MAX_PEERS = 8
 
@@ -29,9 +31,7 @@ def divergence(e: pl.DataFrame, h: dict, groups: pl.DataFrame) -> list[dict]:
     peers = h["waiting"][:MAX_PEERS]
     if not culprits or not peers or h["kind"] != "collective":
         return []
-    fam = groups.select("gid", pl.when(pl.col("desc").is_null() | pl.col("desc").is_in(["undefined", "default_pg", ""]))
-                        .then(pl.col("gid")).otherwise(pl.format("{}|{}", "desc", "size")).alias("fam"),
-                        "label")
+    fam = groups.select("gid", sibling_family().alias("fam"), "label")
     rows = (e.filter(pl.col("rank").is_in([*culprits, *peers]) & ~pl.col("is_p2p") & pl.col("seq").is_not_null())
             .sort("rank", "record_id")
             .with_columns(pl.when(pl.col("gid") == h["gid"]).then(pl.col("seq")).alias("_g"))

@@ -19,6 +19,8 @@ from collections import Counter
 
 import polars as pl
 
+from ..crossrank.groups import generic_desc
+
 GRID_SEQS = 16  # the grid shows each group's last this many seqs up to its hang
 NO_SIZE_CHECK = ("all_to_all", "gather", "scatter", "barrier", "coalesced")  # sizes differ by design
 
@@ -103,7 +105,7 @@ def _votes(per: pl.DataFrame, groups: pl.DataFrame, hang_seq: dict[str, int]) ->
     fam = {r["gid"]: (r["desc"], r["size"]) for r in groups.iter_rows(named=True)}
     sibs: dict[tuple, list[str]] = {}
     for gid, key in fam.items():
-        if key[0] and key[0] not in ("undefined", "default_pg"):
+        if not generic_desc(key[0]):
             sibs.setdefault(key, []).append(gid)
     want = {(s, seq) for gid, seq in hang_seq.items() for s in sibs.get(fam[gid], [gid])} | set(hang_seq.items())
     if not want:

@@ -30,10 +30,9 @@ def with_trace_groups(ts: TraceSet, metas: list[RankMeta]) -> tuple[TraceSet, st
         return ts, ""
     world = ts.world_size or len(ts.ranks)
     for m in metas:  # a trace of another job would name the communicators wrongly: refused
-        sizes = {len(g.ranks) for g in m.process_groups if g.desc == "default_pg"} | (
-            {m.world_size} if m.world_size else set())
-        if sizes and sizes != {world} or not 0 <= m.rank < world:
-            raise UsageError(f"{m.source}: a Kineto trace of rank {m.rank} of {max(sizes, default='?')} ranks beside "
+        declared = m.world_size or max((len(g.ranks) for g in m.process_groups), default=None)
+        if declared is not None and declared != world or not 0 <= m.rank < world:
+            raise UsageError(f"{m.source}: a Kineto trace of rank {m.rank} of {declared or '?'} ranks beside "
                              f"NCCL Inspector logs of {world} processes: a trace of another job? Put each job's "
                              "traces and logs in a folder of their own")
     descs: dict[frozenset[int], set[str]] = {}
