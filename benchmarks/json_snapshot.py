@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared" / "traces"
+SHARED = Path(os.environ.get("COMMSCOPE_SHARED_TRACES") or ROOT.parent / "shared" / "traces")  # as tests/conftest.py
 _RANK = re.compile(r"rank[-_]?\d+")
 # fields that name where or when the run happened, not what it measured
 _VOLATILE = {"generated_at", "elapsed_s", "cache_dir", "path", "paths", "file", "files", "source_file",

@@ -17,7 +17,12 @@ def cell_details(a: HangAnalysis, label: str, seq: int) -> str:
     for c in grid_cells(a):
         if c["label"] == label and c["seq"] == seq:
             out = (f"pg {label} #{seq} {c['op']}: {c['completed']} completed, {c['waiting']} waiting, "
-                   f"{c['missing']} never entered, {c['no_dump']} without a dump (of {c['size']}).")
+                   f"{c['missing']} never entered, {c['no_dump']} without a dump (of {c['size']})"
+                   + (f", {c['mismatched']} with another op, size or dtype." if c.get("mismatched") else "."))
+            for m in a.result.mismatches:
+                if m["group"] == label and m["seq"] == seq and m["ranks"]:
+                    out += " Mismatched: " + "; ".join(f"rank {e['rank']}: {e['op']} {e['in_sizes']} {e['dtype']}"
+                                                        for e in m["entries"][:4] if e["kind"] != "state") + "."
             for h in a.result.stuck:
                 if h["group"] == label and h["seq"] == seq:
                     out += (f" Waiting: {ranks_text(h['waiting'])}. Never entered: {ranks_text(h['missing'])}."

@@ -16,6 +16,14 @@ imply is known exactly (``ground_truth.json``: ``busbw_gbs`` per communicator an
 - a **slow link**: the DP communicator of one rail runs at ``slow_link_factor`` of the normal inter-node
   bus bandwidth.
 
+``schedule="tp_fsdp"`` is a 2-D TP + FSDP2 job instead: per layer, forward a DP all-gather (the parameters) and a
+TP all-reduce, backward a TP all-reduce and a DP reduce-scatter (the gradients); no pipeline. Two things a real
+such job's logs carry that the analysis must not misread: ``comm_names=False`` names every communicator
+"unknown" (as NCCL logs them when the job names none), and ``small_p2p_bytes`` adds a ring of small send/recv
+per iteration between consecutive ranks of each TP group, each pair on a 2-rank communicator of its own (as
+PyTorch creates one per pair for send/recv), whose time is latency (``p2p_latency_us``: a uniform draw per
+exchange), not bandwidth.
+
 Records follow ``inspector_json.cc``: one line per completed operation,
 ``{"header": {id, comm_name, rank, n_ranks, nnodes}, "metadata": {inspector_output_format_version,
 git_rev, rec_mechanism, dump_timestamp_us, hostname, pid}, "coll_perf": {coll, coll_sn,
@@ -63,6 +71,11 @@ class Spec:
     dump_every: int = 8  # iterations per dump batch
     seed: int = 0
     clock_offsets_us: dict[int, int] = field(default_factory=dict)  # node -> host clock offset
+    schedule: str = "tp_dp"  # or "tp_fsdp" (module doc)
+    layers: int = 4  # tp_fsdp: layers per iteration
+    comm_names: bool = True  # False: every communicator is "unknown"
+    small_p2p_bytes: int = 0  # > 0: a ring of send/recv this small per iteration in each TP group
+    p2p_latency_us: tuple[int, int] = (20, 600)  # a small exchange's time, drawn uniformly
 
 
 def bus_factor(op: str, n: int) -> float:
@@ -90,12 +103,20 @@ def communicators(spec: Spec, rng: random.Random) -> list[dict]:
                       "ranks": [node * g + k for node in range(n)], "nnodes": n})
     if spec.p2p_bytes and n > 1:
         comms.append({"id": _comm_id(rng), "name": "pp_0_1", "kind": "pp", "ranks": [0, g], "nnodes": 2})
+    if spec.small_p2p_bytes and g > 1:
+        for node in range(n):
+            for k in range(g if g > 2 else 1):
+                a, b = node * g + k, node * g + (k + 1) % g
+                comms.append({"id": _comm_id(rng), "name": f"p2p_{min(a, b)}_{max(a, b)}", "kind": "p2p",
+                              "ranks": sorted((a, b)), "nnodes": 1, "ring": (a, b)})
     for c in comms:
         c["busbw"] = spec.intra_busbw_gbs if c["nnodes"] == 1 else spec.inter_busbw_gbs
         if c["kind"] == "dp" and c.get("rail") == spec.slow_link:
             c["busbw"] = spec.inter_busbw_gbs * spec.slow_link_factor
         c["sn"] = 0
         c["done"] = {r: [] for r in c["ranks"]}  # completed records per member, drained at each dump
+        if not spec.comm_names:
+            c["name"] = "unknown"
     return comms
 
 
@@ -140,9 +161,9 @@ def generate(spec: Spec, sink: Callable[[str, list[str]], None] | None = None) -
             c["done"][r].append((op, c["sn"], msg, arrive[r], end))
         c["sn"] += 1
 
-    def p2p(c: dict, msg: int) -> None:
-        src, dst = c["ranks"]
-        t = transfer_us("send", msg, 2, c["busbw"])
+    def p2p(c: dict, msg: int, latency: tuple[int, int] | None = None) -> None:
+        src, dst = c.get("ring", c["ranks"])
+        t = transfer_us("send", msg, 2, c["busbw"]) + (rng.randint(*latency) if latency else 0)
         truth_t[(c["id"], "send", msg)] = t
         a_s, a_d = cursor[src], cursor[dst]
         start = max(a_s, a_d)
@@ -153,11 +174,23 @@ def generate(spec: Spec, sink: Callable[[str, list[str]], None] | None = None) -
         cursor[src] = cursor[dst] = end
         c["sn"] += 1
 
-    by_kind = {k: [c for c in comms if c["kind"] == k] for k in ("world", "tp", "dp", "pp")}
+    by_kind = {k: [c for c in comms if c["kind"] == k] for k in ("world", "tp", "dp", "pp", "p2p")}
     for it in range(spec.iterations):
         gap = {r: spec.compute_us + rng.randrange(0, spec.jitter_us + 1) for r in range(world)}
         if spec.slow_rank is not None:
             gap[spec.slow_rank] += spec.slow_delay_us
+        if spec.schedule == "tp_fsdp":
+            _fsdp_iteration(spec, by_kind, run, gap, rng)
+            for c in by_kind["p2p"]:
+                p2p(c, spec.small_p2p_bytes, spec.p2p_latency_us)
+            if (it + 1) % spec.dump_every == 0 or it == spec.iterations - 1:
+                _dump(spec, comms, lines, host, pids, max(cursor.values()) + 100)
+                if sink is not None:
+                    for r, ls in lines.items():
+                        written += len(ls)
+                        sink(names[r], ls)
+                        lines[r] = []
+            continue
         for c in by_kind["tp"]:
             run(c, "all_reduce", spec.tp_bytes, gap)
         small = {r: rng.randrange(0, spec.jitter_us + 1) for r in range(world)}
@@ -181,6 +214,23 @@ def generate(spec: Spec, sink: Callable[[str, list[str]], None] | None = None) -
     files = {names[r]: lines[r] for r in range(world)}
     truth = _truth(spec, comms, truth_t, host, pids, caused, written + sum(len(v) for v in lines.values()))
     return files, truth
+
+
+def _fsdp_iteration(spec: Spec, by_kind: dict[str, list[dict]], run: Callable, gap: dict[int, int],
+                    rng: random.Random) -> None:
+    """One step of TP + FSDP2: forward per layer a DP all-gather then a TP all-reduce, backward per layer a TP
+    all-reduce then a DP reduce-scatter; the step's compute (``gap``, the slow rank's delay in it) comes before the
+    first collective, a little compute (jitter) between the others."""
+    first = True
+    for phase in ("forward", "backward"):
+        for _ in range(spec.layers):
+            for kind, op, msg in ((("dp", "all_gather", spec.dp_bytes), ("tp", "all_reduce", spec.tp_bytes))
+                                  if phase == "forward" else
+                                  (("tp", "all_reduce", spec.tp_bytes), ("dp", "reduce_scatter", spec.dp_bytes))):
+                small = gap if first else {r: rng.randrange(0, spec.jitter_us + 1) for r in gap}
+                first = False
+                for c in by_kind[kind]:
+                    run(c, op, msg, small)
 
 
 def _dump(spec: Spec, comms: list[dict], lines: dict[int, list[str]], host: list[str], pids: list[int],
@@ -271,9 +321,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--slow-link", type=int, help="the rail (local GPU index) whose DP communicator is slow")
     ap.add_argument("--quiet", action="store_true", help="non-verbose logs (no event_trace_* timestamps)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--schedule", choices=("tp_dp", "tp_fsdp"), default="tp_dp")
+    ap.add_argument("--unnamed", action="store_true", help="every communicator \"unknown\" (no names given)")
+    ap.add_argument("--small-p2p", type=int, default=0, help="bytes of a latency-bound send/recv ring per step")
     a = ap.parse_args(argv)
     spec = Spec(nodes=a.nodes, gpus_per_node=a.gpus, iterations=a.iterations, slow_rank=a.slow_rank,
-                slow_link=a.slow_link, verbose=not a.quiet, seed=a.seed, clock_offsets_us={1: 137})
+                slow_link=a.slow_link, verbose=not a.quiet, seed=a.seed, clock_offsets_us={1: 137},
+                schedule=a.schedule, comm_names=not a.unnamed, small_p2p_bytes=a.small_p2p,
+                p2p_bytes=0 if a.schedule == "tp_fsdp" else Spec.p2p_bytes)
     t = write(spec, a.out)
     print(f"wrote {t['records']} records of {t['world_size']} ranks to {a.out}")
 

@@ -15,7 +15,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 SAMPLES = ROOT / "sample_traces"
-SHARED = ROOT.parent / "shared" / "traces"
+# ../shared/traces beside the checkout; a worktree elsewhere names it in $COMMSCOPE_SHARED_TRACES
+SHARED = Path(os.environ.get("COMMSCOPE_SHARED_TRACES") or ROOT.parent / "shared" / "traces")
 
 
 _CACHE_DIRS: list[str] = []

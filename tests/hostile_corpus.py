@@ -83,6 +83,7 @@ class Case:
     expect: str = ""  # regex the warning / skip reason / error line must match
     options: dict = field(default_factory=dict)  # keyword overrides for analyzer.analyze (limits)
     prepare: Callable[[Path], object] | None = None  # run once in the parent before the timed runs (slow builds)
+    api: str = "analyze"  # "triage": a Flight Recorder dump, through analyzer.triage (issue #42's dump cases)
 
 
 
@@ -221,6 +222,37 @@ def cases() -> list[Case]:
     add("file named rank3000000000", rank_in_name(3_000_000_000), "warn", expect=r"not taken as its rank")
     add("distributedInfo.rank 3e9", doc_case(info(rank=3_000_000_000)), "exit2", "skip", r"--max-ranks")
     add("distributedInfo.world_size 3e9", doc_case(info(world_size=3_000_000_000)), "exit2", "skip", r"--max-ranks")
+    return out + flight_recorder_cases()
+
+
+def flight_recorder_cases() -> list[Case]:
+    """Issue #42's Flight Recorder dump cases: rank 0 of the real gloo capture with one hostile field, alone and
+    beside the capture's three other ranks, through ``analyzer.triage``."""
+    from tests import hostile_dumps as hd
+
+    out: list[Case] = []
+
+    def add(name: str, build: Callable[[Path], Path], single: str, folder: str | None = None, expect: str = "") -> None:
+        out.append(Case(f"FR: {name}", build, single, folder or single, expect, api="triage"))
+
+    add("the real dump, rewritten", hd.dump_case(lambda d: None), "same")
+    for field_name in ("input_dtypes", "duration_ms", "input_sizes", "frames", "process_group", "state"):
+        add(f"{field_name}: a tuple 200,000 deep", hd.deep_case(hd.in_entry(field_name), 200_000), "exit2", "skip",
+            r"nests deeper than 64")
+    add("pg_config ranks: a tuple 200,000 deep", hd.deep_case(hd.in_pg_ranks, 200_000), "exit2", "skip",
+        r"nests deeper than 64")
+    add("a file named rank3000000000.pkl", hd.renamed("rank3000000000.pkl"), "exit2", "exit2",
+        r"rank 3,000,000,000, more than any job has")
+    for key, value, vname in (("time_created_ns", float("inf"), "inf"), ("time_created_ns", 1e30, "1e30"),
+                              ("time_discovered_started_ns", float("nan"), "NaN"), ("duration_ms", float("inf"), "inf"),
+                              ("timeout_ms", 10 ** 25, "10**25"), ("input_sizes", [[10 ** 40]], "[[10**40]]"),
+                              ("input_sizes", [[2 ** 62, 2 ** 62]], "a product past int64")):
+        add(f"{key} {vname}", hd.dump_case(hd.entry_field(key, value)), "warn", expect=rf"{key} value\(s\) are not")
+    add("collective_seq_id 10**30", hd.dump_case(hd.entry_field("collective_seq_id", 10 ** 30)), "exit2", "skip",
+        r"seq id is an integer of 31 digits")
+    add("record_id a float", hd.dump_case(hd.entry_field("record_id", 1.5)), "exit2", "skip", r"record_id is 1\.5")
+    add("pg_config ranks past 2^20", hd.dump_case(lambda d: hd.in_pg_ranks(d, "[0, 3000000000]")), "exit2", "skip",
+        r"unreadable ranks")
     return out
 
 
@@ -237,11 +269,13 @@ def _numbers(a: Any) -> list[tuple]:
     return rows + [tuple(sorted((k, v) for k, v in a.matching.items() if isinstance(v, (int, float))))]
 
 
-def observe(paths: list[str], options: dict) -> dict:
+def observe(paths: list[str], options: dict, api: str = "analyze") -> dict:
     """Analyze in this process; the outcome as plain data (picklable)."""
     from analyzer import analyze
     from analyzer.errors import CommscopeError
 
+    if api == "triage":
+        return _observe_triage(paths)
     try:
         a = analyze(*paths, jobs=1, cache=False, **options)
     except CommscopeError as exc:
@@ -254,6 +288,30 @@ def observe(paths: list[str], options: dict) -> dict:
     skipped = a.source.get("skipped", [])
     return {"kind": "ok", "numbers": _numbers(a), "warnings": list(a.warnings), "skipped": skipped,
             "ranks": list(a.source["ranks"]), "world_size": a.source.get("world_size"),
+            "skip_named": all(any(s["path"] in w for w in a.warnings) for s in skipped)}
+
+
+def _observe_triage(paths: list[str]) -> dict:
+    """``observe`` for Flight Recorder dumps: the hang's facts are the numbers; a skipped dump is a rank of the
+    world without one (``missing_dumps``), so the world analyzed is the ranks read."""
+    from analyzer import triage
+    from analyzer.errors import CommscopeError
+
+    try:
+        a = triage(*paths)
+    except CommscopeError as exc:
+        return {"kind": "error", "message": str(exc)}
+    except BaseException as exc:  # noqa: BLE001 - the corpus records tracebacks, it does not raise them
+        import traceback
+
+        return {"kind": "traceback", "message": f"{type(exc).__name__}: {exc}"[:500],
+                "trace": traceback.format_exc()[-3000:]}
+    h = a.hang or {}
+    numbers = [tuple(str(h.get(k)) for k in ("group", "seq", "op", "waiting", "missing", "mismatched", "bytes")),
+               (a.result.mismatch_count, len(a.result.stuck))]
+    skipped = a.source.get("skipped", [])
+    return {"kind": "ok", "numbers": numbers, "warnings": list(a.warnings), "skipped": skipped,
+            "ranks": list(a.source["ranks"]), "world_size": len(a.source["ranks"]),
             "skip_named": all(any(s["path"] in w for w in a.warnings) for s in skipped)}
 
 
@@ -296,9 +354,15 @@ def matches(case: Case, mode: str, outcome: str, detail: str) -> bool:
     return True
 
 
-def _paths(case_path: Path, mode: str, folder: Path) -> list[str]:
+def _paths(case_path: Path, mode: str, folder: Path, api: str = "analyze") -> list[str]:
     if mode == "single":
         return [str(case_path)]
+    if api == "triage":
+        from tests.hostile_dumps import others
+
+        for other in others():
+            (folder / other.name).symlink_to(other)
+        return [str(folder)]
     for other in sorted(HYBRID.glob("rank[123].*.pt.trace.json.gz")):
         (folder / other.name).symlink_to(other)
     return [str(folder)]
@@ -315,7 +379,7 @@ def run_one(case: Case, mode: str, scratch: str) -> dict:
             built = case.build(folder)
         except Exception as exc:  # noqa: BLE001 - a corpus bug, reported as such
             return {"kind": "build", "message": f"the corpus could not build this case: {type(exc).__name__}: {exc}"}
-        return observe(_paths(built, mode, folder), case.options)
+        return observe(_paths(built, mode, folder, case.api), case.options, case.api)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
@@ -329,7 +393,10 @@ def _run_named(name: str, mode: str, scratch: str) -> dict:
 
 
 def baselines() -> dict[str, dict]:
-    return {"single": observe([str(RANK0)], {}), "folder": observe([str(HYBRID)], {})}
+    from tests.hostile_dumps import FR, FR_RANK0
+
+    return {"single": observe([str(RANK0)], {}), "folder": observe([str(HYBRID)], {}),
+            "triage-single": observe([str(FR_RANK0)], {}, "triage"), "triage-folder": observe([str(FR)], {}, "triage")}
 
 
 def _serve(conn: Any, scratch: str) -> None:
@@ -409,7 +476,7 @@ def run_corpus(scratch: Path, workers: int = 2, timeout: float = TIMEOUT_S,
     results = []
     for c, m in todo:
         got = done[(c.name, m)]
-        outcome, detail = classify(c, m, got, base_out[m])
+        outcome, detail = classify(c, m, got, base_out[m if c.api == "analyze" else f"{c.api}-{m}"])
         results.append({"case": c.name, "mode": m, "outcome": outcome, "detail": detail,
                         "ok": matches(c, m, outcome, detail), "trace": got.get("trace", "")})
     return results

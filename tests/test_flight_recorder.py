@@ -373,3 +373,40 @@ def test_damaged_dumps_only_ever_raise_trace_errors(tmp_path, capfd):
 def test_trace_only_options_are_refused_not_ignored():
     out = cli("analyze", REAL / "skip" / "json", "--ranks", "0-1")
     _one_line_exit_2(out, "--ranks", "Flight Recorder dumps")
+
+
+def test_nesting_is_bounded_in_json_and_pickle_and_the_limit_can_be_raised(tmp_path):
+    """Issue #42: a 200,000-deep value crashed the process (exit 139). JSON is measured before it is parsed, a
+    pickle walked with an explicit stack; --max-json-depth raises the limit for both."""
+    write(Job(8, "never_joined"), tmp_path / "j", "json")
+    doc = json.loads((tmp_path / "j" / "rank0.json").read_text())
+    text = json.dumps(doc).replace('"input_dtypes": ["BFloat16"]', '"input_dtypes": ' + "[" * 200_000 + "]" * 200_000,
+                                   1)
+    (tmp_path / "j" / "rank0.json").write_text(text)
+    out = cli("analyze", tmp_path / "j", "--format", "json")
+    assert out.returncode == 0, out.stderr
+    assert any("rank0.json" in w and "nests deeper than 64" in w for w in json.loads(out.stdout)["warnings"])
+    _one_line_exit_2(cli("analyze", tmp_path / "j" / "rank0.json"), "rank0.json", "nests deeper than 64")
+    d = tmp_path / "p"
+    write(Job(8, "never_joined"), d)
+    raw = (d / "rank3.pkl").read_bytes()
+    nested = pickle.dumps({"version": "2.10", "pg_config": {}, "entries": [], "pg_status": {"x": [[[[[[[[1]]]]]]]]}},
+                          protocol=2)
+    (d / "rank3.pkl").write_bytes(nested)
+    _one_line_exit_2(cli("analyze", d / "rank3.pkl", "--max-json-depth", "5"), "nests deeper than 5")
+    assert cli("analyze", d / "rank3.pkl", "--max-json-depth", "12").returncode == 0
+    (d / "rank3.pkl").write_bytes(raw)
+
+
+def test_rank_numbers_are_bounded(tmp_path):
+    """Issue #42: rank3000000000.pkl made a 3-billion-rank world (killed at 24 GB); one line, exit 2. Where no dump
+    lists the world (gloo), the bound is MAX_RANKS; where one does, a dump outside it is another job's."""
+    for name in ("rank3000000000.pkl", "rank1048576.pkl"):
+        d = tmp_path / name
+        shutil.copytree(REAL / "skip" / "pickle", d)
+        shutil.copy(d / "rank3.pkl", d / name)
+        _one_line_exit_2(cli("analyze", d), name, "more than any job has")
+    d = tmp_path / "listed"
+    write(Job(8, "never_joined"), d)
+    shutil.copy(d / "rank3.pkl", d / "rank40.pkl")
+    _one_line_exit_2(cli("analyze", d), "rank40.pkl", "its job's world is")

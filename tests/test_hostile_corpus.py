@@ -30,8 +30,12 @@ def corpus(scratch: Path) -> dict[tuple[str, str], dict]:
 
 
 def test_the_corpus_is_the_issues_cases() -> None:
-    """Issue #32's 127 cases and issue #42's 5 (step-marker patterns, rank numbers past --max-ranks)."""
-    assert len(CASES) == 132 and len({c.name for c in CASES}) == 132
+    """Issue #32's 127 cases, issue #42's 5 (step-marker patterns, rank numbers past --max-ranks) and its Flight
+    Recorder dump cases."""
+    traces = [c for c in CASES if c.api == "analyze"]
+    dumps = hc.flight_recorder_cases()
+    assert len(traces) == 132 and len(CASES) == 132 + len(dumps) and len({c.name for c in CASES}) == len(CASES)
+    assert len(dumps) >= 18
 
 
 def test_no_hang_traceback_or_silent_change(corpus: dict) -> None:

@@ -21,6 +21,7 @@ import analyzer
 from analyzer.report import hang_json
 from analyzer.report import json as report_json
 from analyzer.report.schema import ANALYSIS, SCHEMA_ID
+from sample_traces import flight_recorder_nccl
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "sample_traces"
@@ -55,6 +56,10 @@ def reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
         "fr_p2p": _gen("flight_recorder_gen", tmp / "p2p", "--ranks", "8", "--scenario", "p2p"),
         "fr_missing": _gen("flight_recorder_gen", tmp / "missing", "--ranks", "8", "--scenario", "missing_dump"),
     }
+    hangs["fr_nccl_never_joined"] = SAMPLES / "flight_recorder_nccl" / "fr_never_joined"  # a desync's shift
+    for scenario in ("skipped_tp", "wrong_op_tp", "wrong_size_tp"):  # NCCL's layout, a 2-D mesh (issue #40)
+        flight_recorder_nccl.write(flight_recorder_nccl.Mesh2D(scenario), tmp / scenario)
+        hangs[f"fr_nccl_{scenario}"] = tmp / scenario
     out.update({name: hang_json.to_dict(analyzer.triage(path)) for name, path in hangs.items()})
     return out
 
@@ -100,6 +105,8 @@ def test_every_declared_field_is_written(reports: dict[str, dict]) -> None:
     written = set().union(*(_written(doc) for doc in reports.values()))
     # the root hang is blocked by nothing by definition; the stuck groups (the same shape) show blocked_by
     written |= {p.replace(".flight_recorder.stuck[]", ".hang", 1) for p in written if ".flight_recorder.stuck[]" in p}
+    # and a desync's answer (its shift, where the job then hangs) is the root's alone: the stuck groups share its shape
+    written |= {p.replace(".hang", ".flight_recorder.stuck[]", 1) for p in written if p.startswith(".hang.")}
     missing = sorted(_declared(ANALYSIS) - written)
     assert not missing, f"declared in analyzer/report/schema.py but written by no report: {missing}"
 

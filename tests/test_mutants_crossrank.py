@@ -281,7 +281,9 @@ def _comm_rows(rows: list[tuple[str | None, str | None, str | None, int, str, st
 def test_each_kernel_takes_its_groups_dimension_by_name_and_members() -> None:
     """Groups (pg, description, members) built by hand; each kernel's expected dimension follows the module doc:
     its group's (found by name and members, or by name alone where the name denotes one group), a
-    send/recv pair's own axis (pp without a layout) unless its group's layout or description names one."""
+    send/recv pair's own axis unless its group's layout or description names one: without a layout pp between
+    pipeline stages only (crossrank/stages.py); here the tp and dp groups join ranks 0-3 into one stage, so a pair
+    takes the smallest collective group holding both ranks (issue #40: no pp in a job without a pipeline)."""
     from analyzer.crossrank import groups as dm
 
     grp = dm.groups(_meta([
@@ -297,17 +299,17 @@ def test_each_kernel_takes_its_groups_dimension_by_name_and_members() -> None:
         (None, None, "c1", 0, "e", "meta"),  # no process group (Nsight): its communicator's name
         ("x", "0,5", None, 5, "f", "meta"),  # a group nobody described: unknown
         ("7", "1,3", None, 1, "p", "p2p_pair"), ("7", "1,3", None, 3, "p", "p2p_pair"),  # desc says dp
-        ("g", None, None, 2, "q", "p2p_pair"), ("g", None, None, 3, "q", "p2p_pair"),  # geometry: the pair's pp
-        ("m", "0,1,2,3", None, 0, "u", "p2p_peer"), ("m", "0,1,2,3", None, 2, "u", "p2p_peer"),  # unknown: pp
-        ("s", "0,1", None, 0, "v", "p2p_pair"), ("s", "0,1", None, 1, "v", "p2p_pair"),  # geometry: the pair's pp
+        ("g", None, None, 2, "q", "p2p_pair"), ("g", None, None, 3, "q", "p2p_pair"),  # one stage: g, tp
+        ("m", "0,1,2,3", None, 0, "u", "p2p_peer"), ("m", "0,1,2,3", None, 2, "u", "p2p_peer"),  # dp [0, 2]
+        ("s", "0,1", None, 0, "v", "p2p_pair"), ("s", "0,1", None, 1, "v", "p2p_pair"),  # tp [0, 1]
     ])
     out = dm.row_dimensions(rows, grp, None)
     assert out.columns[:len(rows.columns)] == rows.columns and not [c for c in out.columns if c.startswith("_")]
     got = [(i, r, d, n) for i, r, d, n in out.select("instance", "rank", "dimension", "intra_node").iter_rows()]
     assert got == [("a", 0, "tp", True), ("b", 0, "dp", False), ("c", 0, "unknown", None), ("d", 1, "dp", False),
                    ("e", 0, "tp", True), ("f", 5, "unknown", None), ("p", 1, "dp", False), ("p", 3, "dp", False),
-                   ("q", 2, "pp", True), ("q", 3, "pp", True), ("u", 0, "pp", False), ("u", 2, "pp", False),
-                   ("v", 0, "pp", True), ("v", 1, "pp", True)]
+                   ("q", 2, "tp", True), ("q", 3, "tp", True), ("u", 0, "dp", False), ("u", 2, "dp", False),
+                   ("v", 0, "tp", True), ("v", 1, "tp", True)]
 
 
 def test_a_pair_inside_a_layout_group_of_two_axes_keeps_the_groups_dimension() -> None:
@@ -421,9 +423,10 @@ def test_per_dimension_without_blame_or_kernels() -> None:
 
 def test_groups_from_kernels_and_tables_by_geometry_in_order() -> None:
     """8 ranks, 4 GPUs per host (host = rank // 4), no layout. Each group's expected dimension follows the
-    module doc's geometry rules (the whole world; only send/recv: pp; only all-to-all: ep; stride 1 inside
-    one host: tp; another constant stride: dp; else unknown), a description before geometry; rows come
-    out largest first, then by name, then by members."""
+    module doc's geometry rules (the whole world; only send/recv: pp between stages, here inside the one stage
+    the dp and ep groups make of 0-6: dp [0, 2, 4, 6], the smallest group holding 0 and 4; only all-to-all: ep;
+    stride 1 inside one host: tp; another constant stride: dp; else unknown), a description before geometry; rows
+    come out largest first, then by name, then by members."""
     from analyzer.crossrank import groups as dm
 
     def kern(pg, ranks, members, op, comm=None):
@@ -447,7 +450,7 @@ def test_groups_from_kernels_and_tables_by_geometry_in_order() -> None:
         ("c9", [2, 3], "tp", geo, True, True), ("cp", [0, 1], "cp", "desc", False, True),
         ("k", [0, 31], "dp", geo, True, False), ("k", [1, 23], "dp", geo, True, False),
         ("k", [12, 30], "dp", geo, True, False),
-        ("m", [5, 7], "dp", geo, True, True), ("p", [0, 4], "pp", geo, True, False), ("t", [0, 1], "tp", geo, True, True),
+        ("m", [5, 7], "dp", geo, True, True), ("p", [0, 4], "dp", geo, True, False), ("t", [0, 1], "tp", geo, True, True),
         ("solo", [5], "unknown", geo, True, True),
     ]
     assert g["size"].to_list() == [8, 4, 4, 3] + [2] * 8 + [1]

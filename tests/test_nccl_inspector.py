@@ -202,21 +202,39 @@ def test_shipped_sample_matches_its_ground_truth() -> None:
     assert {r["id"] for r in doc["inspector"]["slow_links"]} == {truth["slow_link"]["id"]}
 
 
-def test_without_a_world_communicator_ranks_follow_hostname_and_pid(quiet: tuple[Path, dict], tmp_path: Path) -> None:
+def test_without_a_world_communicator_the_mesh_numbers_the_ranks(quiet: tuple[Path, dict], tmp_path: Path) -> None:
+    """The world all-reduce logged nothing (below the plugin's size floor, say): the tp communicators (one per
+    node) and the dp ones (one per rail) cross in exactly one process each, a 2 x 4 mesh whose coordinates are the
+    ranks torch gave (issue #40); pids are drawn in random order, so pid order would number them wrong."""
     folder, truth = quiet
-    for f in folder.glob("*.log"):  # the world all-reduce logged nothing (below the plugin's size floor, say)
+    for f in folder.glob("*.log"):
         kept = [x for x in f.read_text().splitlines(keepends=True) if '"comm_name":"default_pg"' not in x]
         (tmp_path / f.name).write_text("".join(kept))
     doc = _json(tmp_path)
-    assert any("no communicator spans all 8 processes" in w for w in doc["warnings"])
-    order = sorted(truth["processes"], key=lambda p: (p["hostname"], p["pid"]))
-    assert [Path(p).name for p in doc["source"]["paths"]] == [f"{p['hostname']}-pid{p['pid']}.log" for p in order]
-    slow = next(i for i, p in enumerate(order) if p["rank"] == truth["slow_rank"])
-    assert doc["inspector"]["verdict"]["rank"] == slow
-    # communicator membership is still exact: the slow link's members, renumbered the same way
-    new = {p["rank"]: i for i, p in enumerate(order)}
-    want = ",".join(str(new[r]) for r in truth["slow_link"]["ranks"])
+    assert not any("no communicator spans all 8 processes" in w for w in doc["warnings"])
+    by_rank = sorted(truth["processes"], key=lambda p: p["rank"])
+    assert [Path(p).name for p in doc["source"]["paths"]] == [f"{p['hostname']}-pid{p['pid']}.log" for p in by_rank]
+    assert doc["inspector"]["verdict"]["rank"] == truth["slow_rank"]
+    want = ",".join(map(str, truth["slow_link"]["ranks"]))
     assert {r["ranks"] for r in doc["inspector"]["slow_links"]} == {want}
+
+
+def test_without_a_world_communicator_or_a_mesh_ranks_follow_hostname_and_pid() -> None:
+    """Communicators that form no mesh (a 3-rank one and a 2-rank one over 4 processes): hostname and pid order."""
+    from analyzer.ingest.inspector.ranks import map_ranks
+
+    procs = [("h", 40), ("h", 10), ("h", 30), ("h", 20)]  # file i is process i; pid order: 1, 3, 2, 0
+    meta = pl.DataFrame({"file": [0, 1, 2, 3], "meta": [0, 0, 0, 0], "hostname": [h for h, _ in procs],
+                         "pid": [p for _, p in procs]})
+    members = {"a": [1, 3, 2], "b": [2, 0]}  # comm -> files in comm-rank order
+    rows = [(f, i, cid, cr, len(ms)) for i, (cid, ms) in enumerate(members.items()) for cr, f in enumerate(ms)]
+    hdr = pl.DataFrame({"file": [r[0] for r in rows], "hdr": [r[1] for r in rows], "id": [r[2] for r in rows],
+                        "name": ["unknown"] * len(rows), "comm_rank": [r[3] for r in rows],
+                        "n_ranks": [r[4] for r in rows], "nnodes": [1] * len(rows)})
+    used = hdr.select("file", "hdr", pl.lit(0).alias("meta"))
+    ranks = map_ranks(hdr, meta, used, [f"h-pid{p}.log" for _, p in procs])
+    assert ranks.rank_source == "hostname and pid order" and any("no communicator spans" in w for w in ranks.warnings)
+    assert [p[1] for p in ranks.processes] == ["h-pid10.log", "h-pid20.log", "h-pid30.log", "h-pid40.log"]
 
 
 def test_algorithm_and_protocol_where_a_writer_adds_them(quiet: tuple[Path, dict], tmp_path: Path) -> None:
@@ -231,12 +249,19 @@ def test_algorithm_and_protocol_where_a_writer_adds_them(quiet: tuple[Path, dict
     assert "| algo/proto |" in md and "| RING/SIMPLE |" in md
 
 
-def test_profiler_traces_and_inspector_logs_are_not_mixed(quiet: tuple[Path, dict], tmp_path: Path) -> None:
+def test_profiler_traces_of_another_job_and_inspector_logs_are_not_mixed(quiet: tuple[Path, dict],
+                                                                          tmp_path: Path) -> None:
+    """Kineto traces beside the logs name their communicators (issue #40, ``tests/test_inspector_2d.py``); a trace
+    of another job (4 ranks beside 8 processes) is refused in one line, and Nsight reports are never mixed in."""
     folder, _ = quiet
     for f in sorted(folder.glob("*.log")):
         shutil.copy(f, tmp_path / f.name)
     kineto = next((SAMPLE.parent / "gpu_h200" / "ddp_balanced").glob("*rank0*"))
     shutil.copy(kineto, tmp_path / kineto.name)
+    res = cli("analyze", tmp_path, "--no-cache", "-j", "1")
+    assert res.returncode == 2 and "a trace of another job" in res.stderr and res.stderr.count("\n") == 1
+    (tmp_path / kineto.name).unlink()
+    (tmp_path / "rank0.sqlite").write_bytes(b"SQLite format 3\x00" + b"\x00" * 100)
     res = cli("analyze", tmp_path, "--no-cache", "-j", "1")
     assert res.returncode == 2 and "among NCCL Inspector logs" in res.stderr and res.stderr.count("\n") == 1
 

@@ -346,7 +346,6 @@ DECIDE = [
 WORLD_BY_NAME = {
     ("analyzer/ingest/flight_recorder/reader.py", 'if desc != "default_pg":'),
     ("analyzer/hangs/hang.py", 'world = groups.filter(pl.col("desc") == "default_pg")["size"]'),
-    ("analyzer/hangs/hang.py", 'if key[0] and key[0] not in ("undefined", "default_pg"):'),
 }
 
 

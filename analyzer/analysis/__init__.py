@@ -113,6 +113,22 @@ def _source(ts: TraceSet) -> dict:
     }
 
 
+def _inspector(ts: TraceSet, groups: pl.DataFrame | None, verdict: object) -> inspector_metrics.InspectorSummary | None:
+    """The Inspector summary with each communicator's dimension from its membership (the groups named above), and
+    one verdict: with kernel timestamps the trace machinery decides (waits, the counterfactual), so the Inspector's
+    kernel-time test names a rank only where that verdict names the same one (a balanced job's ring positions
+    make some rank last more often than chance; the counterfactual counts that as background)."""
+    if ts.inspector is None:
+        return None
+    dims = dict(groups.select("pg", "dimension").iter_rows()) if groups is not None and groups.height else None
+    s = inspector_folded.summarize(ts.inspector, dims)
+    if s.verbose and s.verdict is not None and (verdict is None or getattr(verdict, "rank", None) != s.verdict["rank"]):
+        from dataclasses import replace
+
+        s = replace(s, verdict=None)
+    return s
+
+
 def _analyze(ts: TraceSet, dims: pgroups.Options | None, busbw: dict[str, float] | None) -> Analysis:
     ranks = ts.rank_ids
     warnings = list(ts.warnings)
@@ -236,7 +252,7 @@ def _analyze(ts: TraceSet, dims: pgroups.Options | None, busbw: dict[str, float]
         verdict=found[0] if found else None, roots=tuple(found), blame=roots_of, clock=fit, matching=matching,
         warnings=tuple(warnings), traces=ts, graph=dep, critical_path=cpath, whatif=replayed, kernels=dep.kernels,
         process_groups=groups, dimensions=dim_df, pipeline=pipe, experts=experts.analyze(drows), counterfactual=cfx,
-        inspector=inspector_folded.summarize(ts.inspector) if ts.inspector is not None else None,
+        inspector=_inspector(ts, groups, found[0] if found else None),
         rank_meta=tuple(ts.ranks),
     )
 

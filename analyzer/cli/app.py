@@ -126,7 +126,8 @@ def hang_triage(paths: tuple[Path, ...], rank_map: tuple[str, ...], layout: str 
     """The hang analysis when the paths are Flight Recorder dumps (by content), else None (traces)."""
     from ..hangs.analysis import triage
 
-    return triage(list(paths), _rank_map(rank_map), dim_options(layout, layout_order, gpus_per_host))
+    return triage(list(paths), _rank_map(rank_map), dim_options(layout, layout_order, gpus_per_host),
+                  limits_from_context().max_json_depth)
 
 
 @click.group()

@@ -12,6 +12,9 @@ coordinates differ, Megatron's rank order by default), from its description (tor
 guess: the whole world; a group that only carries send/recv: pp; only all-to-all: ep; contiguous
 stride-1 ranks inside one host: tp; any other constant stride: dp). Send/recv pairs count under pp unless the layout or
 their group's description says otherwise.
+
+Without a layout, send/recv is pp only between pipeline stages (``stages``): inside a tp x dp job it takes the
+dimension of the smallest collective group holding both ranks.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from ..errors import UsageError
 from ..ingest.limits import DEFAULT as DEFAULT_LIMITS
 from ..ingest.limits import ascii_int, world_problem
 from ..rules import P2P_OPS
+from .stages import p2p_within_stages, pair_by_stage
 
 DIMENSIONS = ("tp", "cp", "ep", "dp", "fsdp", "pp", "world", "unknown")
 MEGATRON_ORDER = ("tp", "cp", "ep", "dp", "pp")  # fastest-varying first (Megatron's "tp-cp-ep-dp-pp")
@@ -122,13 +126,28 @@ def layout_warnings(layout: Layout | None, world: int | None) -> list[str]:
 
 def from_description(desc: str | None) -> str | None:
     """A dimension from a group's description or name; None when it says nothing."""
-    if not desc or desc.lower() in ("undefined", "none", "", "nan"):
+    if not desc or desc.lower() in ("undefined", "none", "", "nan", "unknown"):  # NCCL: "unknown" (no name given)
         return None
     text = desc.lower().removeprefix("mesh_")
     for pattern, dim in _DESC_RULES:
         if re.search(pattern, text):
             return dim
     return None
+
+
+_GENERIC = ("undefined", "default_pg", "")  # descriptions many unrelated groups share: no family
+
+
+def generic_desc(desc: str | None) -> bool:
+    """A description that says nothing of a group's role (torch's "undefined", the world's "default_pg")."""
+    return desc is None or desc in _GENERIC
+
+
+def sibling_family() -> pl.Expr:
+    """Groups that run the same program on other ranks (a DeviceMesh dimension's groups): the same description and
+    size; a group with a generic description is a family of its own (``gid``). Reads ``gid``, ``desc``, ``size``."""
+    return pl.when(pl.col("desc").is_null() | pl.col("desc").is_in(list(_GENERIC))).then(pl.col("gid")) \
+        .otherwise(pl.format("{}|{}", "desc", "size"))
 
 
 def family(name: pl.Expr) -> pl.Expr:
@@ -272,6 +291,7 @@ def _classify(g: pl.DataFrame, world: int, hosts: pl.DataFrame | None, opts: Opt
         .otherwise(pl.lit("unknown"))
     )
     g = g.with_columns(by_desc.alias("_desc_dim"), geometry.alias("_geo_dim"), intra.alias("intra_node"))
+    g = p2p_within_stages(g, world)
     return g.with_columns(
         pl.coalesce("_layout_dim", "_desc_dim", "_geo_dim").alias("dimension"),
         pl.when(pl.col("_layout_dim").is_not_null()).then(pl.lit("layout"))
@@ -353,7 +373,7 @@ def row_dimensions(rows: pl.DataFrame, grp: pl.DataFrame, layout: Layout | None)
         pl.when(pl.col("match_rule").is_in(_P2P_RULES))
         .then(pl.col("rank").sum().over("instance") - pl.col("rank")).alias("_peer_rank")
     )
-    pair_dim = pair_dimension(layout)
+    pair_dim = pair_dimension(layout) if layout is not None else pair_by_stage(out, grp)
     # a pair whose group is not in the table (no source) is judged by its own ranks, not left unknown
     named = pl.col("_src").is_in(["layout", "desc"]) & ~pl.col("dimension").is_in(["world", "unknown"])
     group_says = named.fill_null(False)

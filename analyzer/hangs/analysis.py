@@ -67,12 +67,16 @@ def analyze_dumps(recs: FlightRecords, dims: pgroups.Options | None = None) -> H
 
 
 def triage(paths: list[Path], rank_map: dict[str, int] | None = None,
-           dims: pgroups.Options | None = None) -> HangAnalysis | None:
-    """The hang analysis when the paths hold Flight Recorder dumps (told by content), else None (traces)."""
+           dims: pgroups.Options | None = None, max_depth: int | None = None) -> HangAnalysis | None:
+    """The hang analysis when the paths hold Flight Recorder dumps (told by content), else None (traces).
+    ``max_depth``: the nesting a dump may have (``--max-json-depth``; default the limit's)."""
     from ..ingest.discover import flight_recorder_files
     from ..ingest.flight_recorder import reader as flight_recorder
 
     files = flight_recorder_files(paths)
     if not files:
         return None
-    return analyze_dumps(flight_recorder.load([(f.path, f.rank_hint) for f in files], rank_map), dims)
+    from ..ingest.limits import DEFAULT
+
+    return analyze_dumps(flight_recorder.load([(f.path, f.rank_hint) for f in files], rank_map,
+                                              max_depth or DEFAULT.max_json_depth), dims)

@@ -189,9 +189,7 @@ def load(paths: list[Path], options: LoadOptions | None = None) -> TraceSet:
         raise UsageError(f"{dumps[0].path} is a Flight Recorder dump: `commscope analyze` and `commscope dashboard` "
                          "triage hangs from dumps; this command needs profiler traces")
     if any(f.format == "nccl_inspector" for f in files):  # one job's logs are read together (ranks span files)
-        from .inspector.reader import load_logs
-
-        return load_logs(files, options.ranks, options.jobs)
+        return _inspector_logs(files, options)
     files, named = _within_max_ranks(files, options)
     derived_key = _derived_key(files, options)  # before reading, as each rank's entry is keyed (key, rank keys)
     results = [*set_aside, *_read_all(files, options)]
@@ -225,6 +223,24 @@ def load(paths: list[Path], options: LoadOptions | None = None) -> TraceSet:
     warnings += dropped + [f"skipped {s.reason}" if s.reason.startswith(s.path) else f"skipped {s.path}: {s.reason}"
                            for s in skipped]
     return assemble(traces, skipped, warnings, options.step_marker, derived_key)
+
+
+def _inspector_logs(files: list[TraceFile], options: LoadOptions) -> TraceSet:
+    """NCCL Inspector logs; with Kineto traces of the same job beside them, the traces' process groups name the
+    logs' communicators (``inspector.traces``: their headers only are read)."""
+    from .inspector.reader import load_logs
+
+    logs = [f for f in files if f.format == "nccl_inspector"]
+    traces = [f for f in files if f.format == "kineto"]
+    if not traces or len(logs) + len(traces) < len(files):
+        return load_logs(files, options.ranks, options.jobs)  # refuses any other mix, in one line
+    from .inspector.traces import with_trace_groups
+    from .kineto.reader import read_meta
+
+    metas = [read_meta(f.path, ReadOptions(rank_hint=f.rank_hint, rank_map=dict(options.rank_map or {}),
+                                           limits=options.limits)) for f in traces]
+    ts, note = with_trace_groups(load_logs(logs, options.ranks, options.jobs), metas)
+    return replace(ts, warnings=(*ts.warnings, note)) if note else ts
 
 
 def _within_max_ranks(files: list[TraceFile], options: LoadOptions) -> tuple[list[TraceFile], dict[str, int]]:

@@ -15,9 +15,16 @@ plugin's traffic (message size x n for all-gather / reduce-scatter) and nccl-tes
 
 A **slow link** is a communicator whose median busbw stands below the communicators that do the same
 work (same op, size bucket, member count, node count, algorithm and protocol): under
-``SLOW_LINK_RATIO`` x their median. The **verdict** names the rank that caused the most wait when that wait
-stands out against chance (each member last with probability ``1/n`` per instance, each instance weighing
-by its wait): a z-score of at least ``MIN_Z``, and at least ``MIN_SHARE`` of all the wait ranks caused.
+``SLOW_LINK_RATIO`` x their median, and only for messages of at least ``BANDWIDTH_BOUND_BYTES`` (1 MiB). Below
+that an operation's time is mostly fixed cost (kernel launch, protocol handshakes, a network round trip: ~5-50 us
+on NVLink or InfiniBand, hundreds over sockets) rather than bytes over the link: nccl-tests' curves reach half their
+peak bus bandwidth between ~1 and 8 MiB and stay under a few percent of it below 64 KiB, so a 4 KiB send/recv at
+0.01 GB/s says how long a round trip takes, nothing about a link's bandwidth.
+
+The **verdict** names the rank that caused the most wait when that wait stands out against chance (each member
+last with probability ``1/n`` per instance, each instance weighing by its wait): a z-score of at least ``MIN_Z``,
+and at least ``MIN_SHARE`` of all the wait ranks caused. It is the verdict of logs without kernel timestamps;
+with them the trace machinery decides (``analysis``: it keeps this one only where both name the same rank).
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ from ..model import InspectorLog
 from ..rules import bus_factor_expr
 
 SLOW_LINK_RATIO = 0.7
+BANDWIDTH_BOUND_BYTES = 1 << 20  # smaller messages are latency-bound: never a slow link (module doc)
 MIN_Z = 3.5
 MIN_SHARE = 0.1
 TOP_OUTLIERS = 20
@@ -89,8 +97,18 @@ def _size_bucket() -> pl.Expr:
     return (2 ** pl.col("bytes").cast(pl.Float64).log(2).floor()).cast(pl.Int64).alias("size_bucket")
 
 
-def analyze(log: InspectorLog) -> InspectorSummary:
-    """The summary of logs read whole; streamed logs (``log.folded``) are ``inspector_folded.analyze``'s."""
+def dimension_of(dims: dict[str, str] | None) -> pl.Expr:
+    """A communicator's dimension: from its membership where the cross-rank stage named it (``dims``: id ->
+    dimension), else from the family of its name ('tp_3' -> 'tp')."""
+    by_name = family(pl.col("name"))
+    if not dims:
+        return by_name
+    return pl.col("id").replace_strict(dims, default=None, return_dtype=pl.Utf8).fill_null(by_name)
+
+
+def analyze(log: InspectorLog, dims: dict[str, str] | None = None) -> InspectorSummary:
+    """The summary of logs read whole; streamed logs (``log.folded``) are ``inspector_folded.analyze``'s.
+    ``dims``: communicator id -> dimension (membership); without it, each communicator's name family."""
     comms = log.comms.with_columns((pl.col("nnodes") <= 1).alias("intra_node"))
     inst = instances(log.records, comms).with_columns(_size_bucket())
     complete = inst.filter(pl.col("complete"))
@@ -112,7 +130,7 @@ def analyze(log: InspectorLog) -> InspectorSummary:
         bandwidth=_bandwidth(bw_rows, comms),
         slow_links=slow_links(busbw),
         ranks=rank_df,
-        dimensions=_dimensions(log.records, complete, comms),
+        dimensions=_dimensions(log.records, complete, comms, dims),
         outliers=_outliers(complete, comms),
         verdict=verdict(rank_df),
     )
@@ -159,7 +177,8 @@ def slow_links(busbw: pl.DataFrame, ratio: float = SLOW_LINK_RATIO) -> pl.DataFr
         pl.col("busbw_gbps_p50").median().over(peers, mapping_strategy="group_to_rows").alias("peer_busbw_gbps_p50"),
         pl.len().over(peers).alias("peers"),
     ).with_columns((pl.col("busbw_gbps_p50") / pl.col("peer_busbw_gbps_p50")).alias("ratio"))
-    return (df.filter((pl.col("peers") >= 2) & (pl.col("ratio") < ratio))
+    return (df.filter((pl.col("peers") >= 2) & (pl.col("ratio") < ratio)
+                      & (pl.col("size_bucket") >= BANDWIDTH_BOUND_BYTES))
             .select("id", "name", "ranks", "op", "size_bucket", "intra_node", "n_ranks", "nnodes", "count",
                     "busbw_gbps_p50", "peer_busbw_gbps_p50", "ratio", "peers")
             .sort("ratio", "id"))
@@ -217,12 +236,13 @@ def verdict(ranks: pl.DataFrame) -> dict | None:
             "basis": "kernel times (the rank that arrives last has the shortest kernel)"}
 
 
-def _dimensions(records: pl.DataFrame, complete: pl.DataFrame, comms: pl.DataFrame) -> pl.DataFrame:
-    """Per rank and communicator family (from the names the job gave its communicators)."""
+def _dimensions(records: pl.DataFrame, complete: pl.DataFrame, comms: pl.DataFrame,
+                dims: dict[str, str] | None = None) -> pl.DataFrame:
+    """Per rank and dimension (membership where known, else the communicators' name families)."""
     rows = records.select("rank", "comm", "seq", "exec_ns").filter(pl.col("rank").is_not_null()).join(
-        comms.select("comm", "name", "intra_node"), on="comm")
-    rows = rows.join(complete.select("comm", "seq", "transfer_ns"), on=["comm", "seq"], how="left").with_columns(
-        family(pl.col("name")).alias("dimension"))
+        comms.select("comm", "id", "name", "intra_node").with_columns(dimension_of(dims).alias("dimension")),
+        on="comm")
+    rows = rows.join(complete.select("comm", "seq", "transfer_ns"), on=["comm", "seq"], how="left")
     return rows.group_by("rank", "dimension").agg(
         pl.col("comm").n_unique().alias("groups"), pl.col("intra_node").all().alias("intra_node"),
         pl.col("exec_ns").sum().alias("comm_ns"),

@@ -10,12 +10,13 @@ from ..model import InspectorLog
 from . import inspector as im
 
 
-def summarize(log: InspectorLog) -> im.InspectorSummary:
-    """The summary of any Inspector input: streamed aggregates here, a whole record table ``metrics.inspector``'s."""
-    return analyze(log) if log.folded is not None else im.analyze(log)
+def summarize(log: InspectorLog, dims: dict[str, str] | None = None) -> im.InspectorSummary:
+    """The summary of any Inspector input: streamed aggregates here, a whole record table ``metrics.inspector``'s.
+    ``dims``: communicator id -> dimension from its membership (the cross-rank stage's)."""
+    return analyze(log, dims) if log.folded is not None else im.analyze(log, dims)
 
 
-def analyze(log: InspectorLog) -> im.InspectorSummary:
+def analyze(log: InspectorLog, dims: dict[str, str] | None = None) -> im.InspectorSummary:
     f: Folded = log.folded  # type: ignore[assignment]
     comms = log.comms.with_columns((pl.col("nnodes") <= 1).alias("intra_node"))
     busbw = _table(f, comms, ["comm", "op", "size_bucket", "algo", "proto"]).join(
@@ -32,8 +33,9 @@ def analyze(log: InspectorLog) -> im.InspectorSummary:
                                 on="comm", how="left")
                      .join(per_comm, on="comm", how="left")
                      .with_columns(pl.col("instances", "complete_instances").fill_null(0)).sort("comm"))
-    dims = pp.filter(pl.col("rank").is_not_null()).join(comms.select("comm", "name", "intra_node"), on="comm").with_columns(
-        im.family(pl.col("name")).alias("dimension")).group_by("rank", "dimension").agg(
+    per_dim = pp.filter(pl.col("rank").is_not_null()).join(
+        comms.select("comm", "intra_node", im.dimension_of(dims).alias("dimension")), on="comm").group_by(
+        "rank", "dimension").agg(
         pl.col("comm").n_unique().alias("groups"), pl.col("intra_node").all(),
         pl.col("exec_ns").sum().alias("comm_ns"), pl.col("wait_ns").sum()).sort("rank", "dimension")
     outliers = (f.outliers.join(comms.select("comm", "id", "name"), on="comm")
@@ -45,7 +47,7 @@ def analyze(log: InspectorLog) -> im.InspectorSummary:
     return im.InspectorSummary(
         verbose=log.verbose, counts={**log.counts, "instances": n_inst, "complete_instances": n_complete},
         communicators=communicators, busbw=busbw, bandwidth=bandwidth, slow_links=im.slow_links(busbw),
-        ranks=ranks, dimensions=dims, outliers=outliers, verdict=im.verdict(ranks))
+        ranks=ranks, dimensions=per_dim, outliers=outliers, verdict=im.verdict(ranks))
 
 
 _COLS = ["count", "bytes_p50", "transfer_ns_p50", "busbw_gbps_p50", "busbw_gbps_min", "busbw_gbps_max",

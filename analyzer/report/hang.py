@@ -29,6 +29,32 @@ def group_rows(a: HangAnalysis) -> list[list[str]]:
              _short(g["ranks"]), g["state"], g["members_source"]] for g in a.result.groups.iter_rows(named=True)]
 
 
+MISMATCH_COLUMNS = ("group", "dim", "seq", "op", "size", "kind", "odd ranks: what they did", "others", "never entered")
+
+
+def mismatch_rows(a: HangAnalysis) -> list[list[str]]:
+    """Every collective whose members disagree (PyTorch's analyzer's findings and commscope's), by group and seq."""
+    out = []
+    for m in a.result.mismatches:
+        odd = "; ".join(f"{e['rank']}: {_entry_text(e, m)}" for e in m["entries"][:4]) or "-"
+        if len(m["entries"]) > 4:
+            odd += f"; +{len(m['entries']) - 4}"
+        kind = "+".join(m["kinds"]) + (f" (shift {m['shift'][0]['by']:+d})" if m.get("shift") else "")
+        out.append([str(m["group"]), str(m["dimension"]), str(m["seq"]), str(m["op"]),
+                    size_text(m["bytes"], "-"), kind, odd, _short(m["reference_ranks"]), _short(m["missing"])])
+    return out
+
+
+def _entry_text(e: dict, m: dict) -> str:
+    if e["kind"] == "state":
+        return f"{e['state']} (others {m['state']})"
+    if e["kind"] == "op":
+        return f"{e['op']} {size_text(e['bytes'], '')}".strip()
+    if e["kind"] == "dtype":
+        return str(e["dtype"])
+    return f"{e['in_sizes']} -> {e['out_sizes']}"
+
+
 P2P_COLUMNS = ("group", "op", "src", "dst", "seq", "size", "peer has dump")
 
 
@@ -54,6 +80,7 @@ def text(a: HangAnalysis) -> str:
            f"(version {', '.join(src['versions'])}, {', '.join(src['encodings'])})"]
     out += headline(a)
     for title, cols, rows in (("Stuck groups (roots first)", STUCK_COLUMNS, stuck_rows(a)),
+                              ("Collectives whose members disagree", MISMATCH_COLUMNS, mismatch_rows(a)),
                               ("Process groups", GROUP_COLUMNS, group_rows(a)),
                               ("Unmatched send/recv", P2P_COLUMNS, p2p_rows(a))):
         if rows:
@@ -77,6 +104,7 @@ def markdown(a: HangAnalysis) -> str:
     lines = [f"## commscope: flight recorder, {len(src['ranks'])} dump(s) of {src['world_size']} ranks", ""]
     lines += [f"**{h}**" if i == 0 else h for i, h in enumerate(headline(a))] + [""]
     for title, cols, rows in (("Stuck groups (roots first)", STUCK_COLUMNS, stuck_rows(a)),
+                              ("Collectives whose members disagree", MISMATCH_COLUMNS, mismatch_rows(a)),
                               ("Process groups", GROUP_COLUMNS, group_rows(a)),
                               ("Unmatched send/recv", P2P_COLUMNS, p2p_rows(a))):
         if rows:
@@ -98,6 +126,7 @@ def html(a: HangAnalysis) -> str:
     fig = grid_figure(a)
     parts.append(f'<div class="figure">{fig.to_html(full_html=False, include_plotlyjs=True)}</div>')
     for title, cols, rows in (("Stuck groups (roots first)", STUCK_COLUMNS, stuck_rows(a)),
+                              ("Collectives whose members disagree", MISMATCH_COLUMNS, mismatch_rows(a)),
                               ("Process groups", GROUP_COLUMNS, group_rows(a)),
                               ("Unmatched send/recv", P2P_COLUMNS, p2p_rows(a))):
         if rows:

@@ -19,6 +19,7 @@ HANG_FIELDS = fields(HANG)  # the keys in order, from the declared contract (rep
 GROUP_FIELDS = fields(ANALYSIS["properties"]["process_groups"], "flight_recorder")
 GRID_FIELDS = fields(FLIGHT_RECORDER["properties"]["grid"])
 P2P_FIELDS = fields(FLIGHT_RECORDER["properties"]["p2p_unmatched"])
+MISMATCH_FIELDS = fields(FLIGHT_RECORDER["properties"]["mismatches"])
 
 
 def _hang(h: dict | None) -> dict | None:
@@ -26,7 +27,7 @@ def _hang(h: dict | None) -> dict | None:
         return None
     since = datetime.fromtimestamp(h["since_ns"] / NS_PER_S, tz=timezone.utc) if h["since_ns"] else None
     full = {**h, "since_utc": since.isoformat(timespec="milliseconds") if since else None,
-            "src": h.get("src"), "dst": h.get("dst"),
+            "src": h.get("src"), "dst": h.get("dst"), "desync": bool(h.get("desync")),
             "completed": len(h["completed"])}  # a count: the members that finished it (thousands at scale)
     return clean({k: full.get(k) for k in HANG_FIELDS})
 
@@ -47,6 +48,8 @@ def to_dict(a: HangAnalysis) -> dict:
             "missing_dumps": list(r.missing_dumps),
             "p2p_unmatched": [clean({k: u.get(k) for k in P2P_FIELDS}) for u in r.p2p_unmatched],
             "grid": _records(r.grid, GRID_FIELDS),
+            "mismatches": [clean({k: m.get(k) for k in MISMATCH_FIELDS}) for m in r.mismatches],
+            "mismatch_count": r.mismatch_count,
         },
         "warnings": list(a.warnings),
     }

@@ -77,11 +77,17 @@ INSPECTOR = obj("NCCL Inspector logs: their own summary (null for profiler trace
 
 _OP = {"op": string("Operation.", null=True), "bytes": whole("Input bytes.", null=True),
        "dtype": string("Data type.", null=True)}
+_SIZES = string("Tensor shapes, as the dump lists them (`[[1024]]`).", null=True)
 _ENTRY = obj("An op of a rank.", {
     "group": string("Process group."), "seq": whole("Collective seq.", null=True), **_OP,
     "state": string("NCCL's state (`completed`, `started`, `scheduled`, ...).", null=True),
     "time_ns": whole("Wall clock, ns since the epoch.", null=True),
 })
+
+_SHIFT = records("The odd rank's collectives `first`..`last` equal the reference's `by` seqs later (`by` > 0: it "
+                 "skipped `by`; < 0: it ran extra), over `compared` collectives.", {
+    "rank": whole("Rank."), "by": whole("Seqs shifted."), "first": whole("First seq compared.", null=True),
+    "last": whole("Last seq compared.", null=True), "compared": whole("Collectives compared.")}, null=True)
 
 _HANG = {
     "group": string("Process group name (`name [first rank]` where split groups share a name)."),
@@ -110,6 +116,26 @@ _HANG = {
     "blocked_by": records("Hangs of other groups this one waits on.", {
         "group": string("Group."), "seq": whole("Seq."), "op": string("Op.", null=True)}),
     "last_entry": mapping("Rank -> each missing rank's latest op in any group (where it is now).", _ENTRY),
+    # issue #40: why it cannot complete, and where a desync before it leads
+    "cause": string("Why it cannot complete: `skipped`, `mismatch`, `never_entered`, `no_dump`, `blocked` (members "
+                    "pending in another stuck group) or `waiting` (every member waits: NCCL or the network).",
+                    enum=["skipped", "mismatch", "never_entered", "no_dump", "blocked", "waiting"], null=True),
+    "desync": flag("The answer is a collective whose members disagree, before the stuck ones."),
+    "shift": _SHIFT,
+    "hangs_at": obj("Where the job stopped when the answer is an earlier desync.", {
+        "group": string("Group."), "seq": whole("Seq.", null=True), "op": string("Op.", null=True),
+        "waiting": wholes("Ranks that wait there."), "missing": wholes("Members that never entered it."),
+        "since_ns": whole("Earliest start of a waiting rank, ns since the epoch.", null=True)}, null=True),
+    "queued": wholes("Waiting members whose entry is still `scheduled` (their GPU is blocked in another stuck group)."),
+    "went_astray": records("For a rank that never entered: its first collective in another group before which it had "
+                           "run a different number of this group's collectives than its peers.", {
+        "rank": whole("Rank."), "group": string("Group."), "seq": whole("Seq.", null=True),
+        "op": string("Op.", null=True), "done_before": whole("This group's collectives it had run before it.",
+                                                             null=True),
+        "peers_done_before": whole("Its peers' count.", null=True), "by": whole("The difference.", null=True),
+        "skipped_seq": whole("The seq of this group it skipped.", null=True), "peers": wholes("The peers compared.")},
+        null=True),
+    "explains": whole("Other stuck groups that wait on this one, directly or through others.", null=True),
 }
 
 HANG = obj("Flight Recorder input: the root hang (null: no group hangs).", _HANG, null=True, input=_F)
@@ -130,5 +156,20 @@ FLIGHT_RECORDER = obj("Flight Recorder input: every stuck group, the dumps, the 
         "size": whole("Bytes.", null=True), "completed": whole("Members that finished it."),
         "waiting": whole("Members that entered it and wait."), "missing": whole("Members that never entered it."),
         "no_dump": whole("Members without a dump."),
+        "mismatched": whole("Members whose op, size or dtype differs from the others'."),
     }),
+    "mismatches": records("Every collective whose members disagree, by group then seq (at most 64 a group).", {
+        "group": string("Group."), "pg": string("Process group id."), "desc": string("Description.", null=True),
+        "dimension": string("Dimension.", null=True), "seq": whole("Seq.", null=True), **_OP,
+        "in_sizes": _SIZES, "out_sizes": _SIZES,
+        "state": string("The reference's state.", null=True),
+        "kind": string("The first of op > size > dtype > state > missing."), "kinds": strings("Every kind found."),
+        "ranks": wholes("Ranks odd in op, size or dtype."), "reference_ranks": wholes("Ranks that agree."),
+        "entries": records("Each odd rank's entry.", {
+            "rank": whole("Rank."), "kind": string("What differs."), **_OP, "in_sizes": _SIZES, "out_sizes": _SIZES,
+            "state": string("State.", null=True)}),
+        "missing": wholes("Members that never entered it."), "done": flag("Every member completed it."),
+        "shift": _SHIFT, "since_ns": whole("Earliest start, ns since the epoch.", null=True),
+    }),
+    "mismatch_count": whole("All mismatches (`mismatches` lists fewer past 64 a group)."),
 }, input=_F)

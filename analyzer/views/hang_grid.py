@@ -2,7 +2,8 @@
 dashboard page both draw it.
 
 Each cell is one collective of one group: green when every member completed it, orange when members
-entered it and wait (none missing), red when some member never entered it or left no dump.
+entered it and wait (none missing), red when some member never entered it, left no dump, or entered it with another
+op, size or dtype than the others (completed or not: NCCL runs mismatched collectives).
 """
 
 from __future__ import annotations
@@ -11,13 +12,14 @@ import plotly.graph_objects as go
 
 from ..hangs.analysis import HangAnalysis
 
-STATES = ("all completed", "entered, waiting", "never entered / no dump")
+STATES = ("all completed", "entered, waiting", "never entered / no dump / mismatched")
 COLORS = ("#54A24B", "#F58518", "#E45756")
 
 
-def cell_state(completed: int, waiting: int, missing: int, no_dump: int) -> int:
-    """0: all completed; 1: some wait in it, nobody absent; 2: some member never entered it or has no dump."""
-    if missing or (no_dump and waiting):
+def cell_state(completed: int, waiting: int, missing: int, no_dump: int, mismatched: int = 0) -> int:
+    """0: all completed; 1: some wait in it, nobody absent; 2: some member never entered it, has no dump, or
+    entered it with another op, size or dtype."""
+    if missing or mismatched or (no_dump and waiting):
         return 2
     return 1 if waiting else 0
 
@@ -26,7 +28,8 @@ def grid_cells(a: HangAnalysis) -> list[dict]:
     """One dict per drawn cell (the grid of the JSON report, plus the state drawn)."""
     out = []
     for c in a.result.grid.iter_rows(named=True):
-        out.append({**c, "state": cell_state(c["completed"], c["waiting"], c["missing"], c["no_dump"])})
+        out.append({**c, "state": cell_state(c["completed"], c["waiting"], c["missing"], c["no_dump"],
+                                             c.get("mismatched", 0))})
     return out
 
 
@@ -43,7 +46,8 @@ def grid_figure(a: HangAnalysis) -> go.Figure:
         i, j = row[c["label"]], pos[c["seq"]]
         z[i][j] = c["state"]
         text[i][j] = (f"pg {c['label']} #{c['seq']} {c['op']}<br>{c['completed']} completed, {c['waiting']} waiting, "
-                      f"{c['missing']} never entered, {c['no_dump']} no dump (of {c['size']})")
+                      f"{c['missing']} never entered, {c['no_dump']} no dump (of {c['size']})"
+                      + (f", {c['mismatched']} mismatched" if c.get("mismatched") else ""))
     scale = [[0.0, COLORS[0]], [0.33, COLORS[0]], [0.34, COLORS[1]], [0.66, COLORS[1]], [0.67, COLORS[2]],
              [1.0, COLORS[2]]]
     fig = go.Figure(go.Heatmap(

@@ -4,8 +4,13 @@ Every Inspector record names its communicator (``header.id``) and the process's 
 process itself is ``metadata.hostname`` + ``metadata.pid`` (the plugin writes one log per process). A
 process that drives one GPU is one global rank, numbered by its rank in the largest communicator that
 every process belongs to (torch's default process group, or any other world-sized one). Without such a
-communicator (its collectives were all below ``NCCL_INSPECTOR_DUMP_MIN_SIZE_BYTES``, say) processes are
-numbered in hostname and pid order, which is how torchrun starts local ranks, and a warning says so.
+communicator (its collectives were all below ``NCCL_INSPECTOR_DUMP_MIN_SIZE_BYTES``, or the job used only its
+mesh's groups) a 2-D mesh still numbers them exactly: two families of communicators (each family's
+communicators of one size, disjoint, covering every process) whose every pair shares one process are the axes of
+a ``torch`` DeviceMesh, ``rank = slow coordinate x fast size + fast coordinate``, each coordinate the process's
+rank in that axis's communicator (a subgroup ranks its members in order); the fast axis is the one whose
+communicators stay on one host (torchrun numbers a host's ranks consecutively), else the larger. Otherwise
+processes are numbered in hostname and pid order, which is how torchrun starts local ranks, and a warning says so.
 
 Logs that contradict each other are refused with one line: two processes claiming the same rank of one
 communicator, or one communicator logged with two sizes, means logs of two jobs (or two runs) in one
@@ -41,9 +46,12 @@ class Ranks:
         return self.groups.get(rank, ())
 
 
-def map_ranks(hdr: pl.DataFrame, meta: pl.DataFrame, used: pl.DataFrame, names: list[str]) -> Ranks:
+def map_ranks(hdr: pl.DataFrame, meta: pl.DataFrame, used: pl.DataFrame, names: list[str],
+              collective_ids: set[str] | None = None) -> Ranks:
     """``hdr``: file, hdr, id, name, comm_rank, n_ranks, nnodes; ``meta``: file, meta, hostname, pid;
-    ``used``: the distinct (file, hdr, meta) of the records; ``names``: each file's path."""
+    ``used``: the distinct (file, hdr, meta) of the records; ``names``: each file's path; ``collective_ids``: the
+    communicators that carried collectives (None: unknown), the only ones a mesh is made of (PyTorch gives each
+    send/recv pair a 2-rank communicator of its own)."""
     meta = meta.with_columns(
         pl.coalesce(pl.format("{}:{}", "hostname", "pid"),
                     pl.col("file").map_elements(lambda i: names[i], return_dtype=pl.Utf8)).alias("proc"))
@@ -74,10 +82,15 @@ def map_ranks(hdr: pl.DataFrame, meta: pl.DataFrame, used: pl.DataFrame, names: 
                              "communicator, i.e. logs of more than one job (or run); put each job's logs in its "
                              "own folder")
         wsize = n_proc
-        glob = procs.select("p", pl.col("p").cast(pl.Int32).alias("rank"))
-        source = "hostname and pid order"
-        warnings.append(f"no communicator spans all {n_proc} processes: global ranks are numbered in hostname and "
-                        "pid order (as torchrun starts them); communicator ranks are exact")
+        mesh = _mesh_ranks(member if collective_ids is None else member.filter(pl.col("id").is_in(collective_ids)),
+                           procs)
+        if mesh is not None:
+            glob, source = mesh
+        else:
+            glob = procs.select("p", pl.col("p").cast(pl.Int32).alias("rank"))
+            source = "hostname and pid order"
+            warnings.append(f"no communicator spans all {n_proc} processes: global ranks are numbered in hostname "
+                            "and pid order (as torchrun starts them); communicator ranks are exact")
     glob = glob.with_columns(pl.col("rank").cast(pl.Int32))
     member = member.join(glob, on="p").join(comms.select("id", "comm"), on="id")
     ranks_str = member.group_by("comm").agg(pl.col("comm_rank"), pl.col("rank"))
@@ -131,6 +144,36 @@ def _check(member: pl.DataFrame, procs: pl.DataFrame, names: list[str]) -> None:
         cid, p, _ = multi.row(0)
         raise UsageError(f"{files([p])}: one process holds several ranks of communicator {cid} (one process driving "
                          "several GPUs): not supported; log one process per GPU")
+
+
+def _mesh_ranks(member: pl.DataFrame, procs: pl.DataFrame) -> tuple[pl.DataFrame, str] | None:
+    """Global ranks from a 2-D mesh of communicators (module doc); None when the communicators form none."""
+    n = procs.height
+    per = member.group_by("id").agg(pl.col("n_ranks").first(), pl.col("p"), pl.col("comm_rank"))
+    families: dict[int, list[tuple[str, list[int], list[int]]]] = {}
+    for cid, size, ps, crs in per.iter_rows():
+        if 1 < size < n and len(ps) == size:
+            families.setdefault(int(size), []).append((cid, [int(p) for p in ps], [int(c) for c in crs]))
+    axes = []  # (size, coordinate of each process, every communicator on one host)
+    host = dict(procs.select("p", "hostname").iter_rows())
+    for size, comms in families.items():
+        coord = {p: c for _, ps, crs in comms for p, c in zip(ps, crs)}
+        if len(coord) == n and len(comms) * size == n:  # disjoint, covering every process: a partition
+            one_host = all(len({host.get(p) for p in ps}) == 1 for _, ps, _ in comms)
+            axes.append((size, coord, one_host, comms[0][0]))
+    for i, a in enumerate(axes):
+        for b in axes[i + 1:]:
+            if a[0] * b[0] != n:
+                continue
+            fast, slow = sorted((a, b), key=lambda x: (not x[2], -x[0]))
+            ranks = {p: slow[1][p] * fast[0] + fast[1][p] for p in range(n)}
+            if sorted(ranks.values()) != list(range(n)):
+                continue  # two partitions whose communicators do not cross in exactly one process each
+            glob = pl.DataFrame({"p": list(ranks), "rank": list(ranks.values())},
+                                schema={"p": procs["p"].dtype, "rank": pl.Int32})
+            return glob, (f"a {slow[0]} x {fast[0]} mesh of communicators (e.g. {slow[3]} x {fast[3]}): rank = "
+                          f"coordinate x {fast[0]} + coordinate")
+    return None
 
 
 def _components(member: pl.DataFrame, n: int) -> int:

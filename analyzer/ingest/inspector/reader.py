@@ -95,7 +95,8 @@ def assemble(parsed: list[LogFile]) -> TraceSet:
     hdr_df, meta_df = header_frames(hdrs, metas, warnings)
     names = [str(f.path) for f in usable]
     used = pl.concat([r.select("file", "hdr", "meta").unique() for r in recs])
-    ranks = map_ranks(hdr_df, meta_df, used, names)
+    colls = pl.concat([r.filter(~pl.col("p2p")).select("file", "hdr").unique() for r in recs])
+    ranks = map_ranks(hdr_df, meta_df, used, names, set(colls.join(hdr_df, on=["file", "hdr"])["id"].to_list()))
     warnings.extend(ranks.warnings)
     op_names = {o: OPS.get(o, o.lower()) for r in recs for o in r["op"].unique().drop_nulls().to_list()}
     # file by file (peak memory: the raw and the mapped table, not several copies of the job's), then chunks

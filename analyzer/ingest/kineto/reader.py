@@ -94,6 +94,19 @@ def _file_bytes(path: Path, limits: Limits = DEFAULT) -> Buffer:
     return read_bytes(path, limits)
 
 
+def read_meta(path: Path, options: ReadOptions) -> RankMeta:
+    """Only the rank's metadata (rank, process groups, devices, versions): the header decoded, the events left
+    as raw text. What an input beside the trace needs from it (NCCL Inspector logs: the process groups that name
+    their communicators)."""
+    data = _file_bytes(path, options.limits)
+    json_depth.check(data, options.limits.max_json_depth)
+    try:
+        header = _HEADER.decode(data)
+    except (msgspec.MsgspecError, UnicodeDecodeError, RecursionError):
+        header = _decode_with(_DECODER, data, path)  # words the error precisely (or reads an odd document)
+    return _rank_meta(path, header, options)
+
+
 def read(path: Path, options: ReadOptions) -> list[RankTrace]:
     return read_tables(path, options)
 
