@@ -10,10 +10,21 @@ import polars as pl
 
 from ..crossrank import align, graph, match, step_sync
 from ..crossrank import groups as pgroups
-from ..metrics import blame, critical_path, dimensions, experts, inspector_folded, overlap, pipeline, stragglers, waits
+from ..metrics import (
+    blame,
+    critical_path,
+    dimensions,
+    experts,
+    inspector_folded,
+    overlap,
+    pipeline,
+    stragglers,
+    unrecognized,
+    waits,
+)
 from ..metrics import inspector as inspector_metrics
 from ..model import RankMeta, TraceSet
-from ..rules import NS_PER_US, bus_factor_expr
+from ..rules import NS_PER_MS, NS_PER_US, bus_factor_expr
 from ..whatif import counterfactual
 from ..whatif import scenarios as whatif
 from . import cache as analysis_cache
@@ -47,6 +58,8 @@ class Analysis:
     inspector: inspector_metrics.InspectorSummary | None = None  # NCCL Inspector input: bandwidth, slow links, waits
     counterfactual: counterfactual.Counterfactual | None = None  # S, attribution, M_W, M_S (decides the verdict)
     rank_meta: tuple[RankMeta, ...] = ()  # per rank: source file, host, devices, process groups (presenters' names)
+    # per (rank, family, engine): comm, overlapped, exposed (ns), kernels, bytes (metrics.overlap.family_split)
+    communication: pl.DataFrame | None = None
 
 
 # what an analysis takes from its TraceSet as it is, not from the cache (analysis_cache.py)
@@ -90,6 +103,8 @@ def _analyze(ts: TraceSet, dims: pgroups.Options | None, busbw: dict[str, float]
     warnings = list(ts.warnings)
     covs = overlap.coverages(ts.gpu)
     totals = overlap.rank_totals(ts.gpu, covs)
+    by_family = overlap.family_split(ts.collectives, covs)
+    warnings.extend(comm_warnings(ts))
 
     inst = match.instances(ts.collectives)
     fit = align.fit_offsets(inst, ranks)
@@ -209,8 +224,53 @@ def _analyze(ts: TraceSet, dims: pgroups.Options | None, busbw: dict[str, float]
         warnings=tuple(warnings), traces=ts, graph=dep, critical_path=cpath, whatif=replayed, kernels=dep.kernels,
         process_groups=groups, dimensions=dim_df, pipeline=pipe, experts=experts.analyze(drows), counterfactual=cfx,
         inspector=inspector_folded.summarize(ts.inspector) if ts.inspector is not None else None,
-        rank_meta=tuple(ts.ranks),
+        rank_meta=tuple(ts.ranks), communication=by_family,
     )
+
+
+def comm_warnings(ts: TraceSet) -> list[str]:
+    """Never silent: a multi-rank job without recognized communication, or long side-stream kernels named like
+    communication beside compute, is said with its top candidates and the flag that would classify them."""
+    if ts.gpu.height == 0 or ts.format in ("optable", "nccl_inspector"):  # those readers know their comm whole
+        return []
+    out = []
+    world = max(ts.world_size or 0, len(ts.ranks))
+    flag = "--comm-kernel 'REGEX=OP' (or a [[comm_kernel]] rule in --comm-config FILE)"
+    if ts.collectives.height == 0 and world > 1:
+        found = unrecognized.no_comm_candidates(ts.gpu, ts.collectives)
+        top = _candidate_text(found)
+        out.append(f"no communication recognized in a {world}-rank job: its communication may run in kernels the "
+                   f"catalogue does not know" + (f" (top candidates: {top})" if top else "")
+                   + f"; classify them with {flag}, e.g. --comm-kernel "
+                   f"'{_example(found)}=all_to_all'")
+    side = unrecognized.side_candidates(ts.gpu, ts.collectives)
+    if side.height:
+        out.append(f"kernels named like communication run on side streams beside compute and are counted as "
+                   f"compute: {_candidate_text(side)}; if they communicate, classify them with {flag}, e.g. "
+                   f"--comm-kernel '{_example(side)}=all_to_all'")
+    return out
+
+
+def _candidate_text(found: pl.DataFrame) -> str:
+    """name (N ranks, x ms, y% beside compute), ... by total time over ranks."""
+    if found.height == 0:
+        return ""
+    agg = found.group_by("name").agg(pl.col("rank").n_unique().alias("n"), pl.col("total_ns").sum().alias("t"),
+                                     pl.col("overlap_ns").sum().alias("o")).sort("t", "name", descending=[True, False])
+    parts = []
+    for name, n, t, o in agg.head(unrecognized.TOP).iter_rows():
+        beside = f", {100 * o / t:.0f}% beside compute" if t else ""
+        parts.append(f"{name} ({n} rank{'s' if n > 1 else ''}, {t / NS_PER_MS:,.1f} ms{beside})")
+    return "; ".join(parts)
+
+
+def _example(found: pl.DataFrame) -> str:
+    import re
+
+    if found.height == 0:
+        return "my_dispatch_kernel"
+    name = found.sort("total_ns", descending=True)["name"][0]
+    return re.escape(name.rsplit("::", 1)[-1]).replace("'", "")
 
 
 def _rank_frame(totals: pl.DataFrame, per_step: pl.DataFrame, split: pl.DataFrame, order: pl.DataFrame) -> pl.DataFrame:

@@ -12,6 +12,7 @@ from rich.table import Table
 
 from ..analysis import Analysis
 from ..rules import NS_PER_US, size_text
+from ..views import communication as comm_view
 from ..views.dimensions import summary as dim_summary
 from ..views.inspector import tables as inspector_tables
 from ..views.units import ms_frame, ms_tables
@@ -80,6 +81,17 @@ def render(a: Analysis, width: int | None = None, color: bool = False, show_step
     if show_steps and a.steps.height:
         con.print()
         tcon.print(_table("Per step, ms", STEP_COLUMNS_WIDE if wide else STEP_COLUMNS, ms_tables(a).steps.to_dicts()))
+    split = comm_view.summary(a)
+    if split is not None:
+        con.print()
+        st = _new_table(f"{comm_view.TITLE}, ms")
+        for _, label, _ in comm_view.TEXT_COLUMNS:
+            st.add_column(label, justify="left" if label in ("family", "engine") else "right")
+        for r in split.to_dicts():
+            st.add_row(*[size_text(r.get(k)) if k == "bytes" else plain_cell(r.get(k), d)
+                         for k, _, d in comm_view.TEXT_COLUMNS])
+        tcon.print(st)
+        con.print(comm_view.NOTE, style="dim")
     dims = dim_summary(a)
     if dims:
         con.print()

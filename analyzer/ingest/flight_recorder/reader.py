@@ -31,7 +31,7 @@ import msgspec
 import polars as pl
 
 from ...errors import TraceError, UsageError
-from ...timeline import op_from_collective_name
+from ...comm_catalogue import op_from_collective_name
 from ..kineto.tables import dtype_size
 from ..source import GZIP_MAGIC, read_bytes
 

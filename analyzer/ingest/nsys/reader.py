@@ -19,7 +19,7 @@ import polars as pl
 
 from ...errors import TraceError
 from ...model import COMM_CALL_SCHEMA, CPU_SCHEMA, GPU_SCHEMA, STEP_SCHEMA, RankMeta, RankTrace, conform, empty
-from ...timeline import gpu_kind
+from ...comm_catalogue import gpu_kind
 from ..options import ReadOptions
 from . import nvtx as nsys_nvtx
 from .schema import (
