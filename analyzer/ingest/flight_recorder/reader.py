@@ -30,8 +30,8 @@ from typing import Any
 import msgspec
 import polars as pl
 
-from ...errors import TraceError, UsageError
 from ...comm_catalogue import op_from_collective_name
+from ...errors import TraceError, UsageError
 from ..kineto.tables import dtype_size
 from ..source import GZIP_MAGIC, read_bytes
 

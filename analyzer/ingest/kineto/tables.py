@@ -245,7 +245,7 @@ def _comm_calls(sel: list[Any], rank: int, span: Span) -> pl.DataFrame:
                                                   "in_splits", "out_splits", "launcher")}
     for e in sel:
         if e.name != "record_param_comms":  # a catalogue launcher (``events._Selection.feed``): its name and op
-            for k, v in rows.items():
+            for v in rows.values():
                 v.append(None)
             rows["launcher"][-1] = str(e.name)
             rows["op"][-1] = _launcher_op(str(e.name))
