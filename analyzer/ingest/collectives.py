@@ -81,9 +81,13 @@ def _catalogued(df: pl.DataFrame, rules: UserRules) -> pl.DataFrame:
               .when(pl.col("_uop").is_not_null() | pl.col("_fam").is_null())
               .then(family.replace_strict(engines, default="sm", return_dtype=pl.Utf8))
               .otherwise(pl.col("_eng")))
+    # a family whose calls PyTorch records (NCCL) keeps the op its kernel's name spells where the record is
+    # missing: its ranges (nccl:all_to_all around SendRecv kernels) name the API call, not the kernel's pattern
+    recorded = [f for f, x in fam.items() if x.host_metadata]
+    name_first = pl.when(pl.col("_fam").is_in(recorded)).then(pl.col("_nop"))
     out = df.with_columns(
         pl.col("op").is_not_null().alias("has_meta"),
-        pl.coalesce("op", "_uop", "l_op", "_nop").alias("op"),
+        pl.coalesce("op", "_uop", name_first, "l_op", "_nop").alias("op"),
         family.alias("family"), engine.alias("engine"), pl.coalesce("_role", pl.lit("payload")).alias("role"),
     )
     if "_copied" in out.columns:  # a copy's own size where the host recorded none
