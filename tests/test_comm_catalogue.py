@@ -36,6 +36,12 @@ CASES = [
      "bool*, int, int, int, int)", "kernel", "all_to_all", "sm", "metadata"),
     ("deepep", None, "void deep_ep::elastic::dispatch_impl<false, 8, 7168>(void*, int*)", "kernel", "all_to_all", "sm",
      "payload"),
+    # DeepSeek's own build (deepseek-ai/profile-data train.json, an EP64 training rank) names them dpsk::ep::
+    ("deepep", None, "void dpsk::ep::internode::combine<false, 8, __nv_bfloat16, 8, 2, 16, 24>(int4*, float*, bool "
+     "const*, int4 const*, float const*, int const*, int const*, int const*)", "kernel", "all_to_all", "rdma",
+     "payload"),
+    ("deepep", None, "void dpsk::ep::internode::cached_notify<false>(int, int, int, int, int*, int, int, int const*, "
+     "int const*, int*)", "kernel", "all_to_all", "rdma", "metadata"),
     ("hybrid_ep", None, "void hybrid_ep::dispatch_kernel<unsigned short, 7168>(hybrid_ep::dispatch_kernel_param_t"
      "<unsigned short>)", "kernel", "all_to_all", "sm", "payload"),
     ("hybrid_ep", None, "void hybrid_ep::device_sync_kernel<64>(unsigned int*, unsigned int const*)", "kernel",

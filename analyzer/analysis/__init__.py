@@ -243,8 +243,8 @@ def comm_warnings(ts: TraceSet) -> list[str]:
                    f"catalogue does not know" + (f" (top candidates: {top})" if top else "")
                    + f"; classify them with {flag}, e.g. --comm-kernel "
                    f"'{_example(found)}=all_to_all'")
-    side = unrecognized.side_candidates(ts.gpu, ts.collectives)
-    if side.height:
+    side = unrecognized.side_candidates(ts.gpu, ts.collectives) if not out else None
+    if side is not None and side.height:
         out.append(f"kernels named like communication run on side streams beside compute and are counted as "
                    f"compute: {_candidate_text(side)}; if they communicate, classify them with {flag}, e.g. "
                    f"--comm-kernel '{_example(side)}=all_to_all'")
@@ -270,7 +270,7 @@ def _example(found: pl.DataFrame) -> str:
     if found.height == 0:
         return "my_dispatch_kernel"
     name = found.sort("total_ns", descending=True)["name"][0]
-    return re.escape(name.rsplit("::", 1)[-1]).replace("'", "")
+    return re.escape(name).replace("'", "")
 
 
 def _rank_frame(totals: pl.DataFrame, per_step: pl.DataFrame, split: pl.DataFrame, order: pl.DataFrame) -> pl.DataFrame:

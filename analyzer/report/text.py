@@ -97,8 +97,9 @@ def render(a: Analysis, width: int | None = None, color: bool = False, show_step
         con.print()
         tcon.print(_table("Per parallelism dimension, ms (mean per participating rank; root-caused: all ranks)",
                           DIM_TEXT_COLUMNS, dims))
-        decided = sorted({f"{d['dimension']}: {d['source']}" for d in dims})
-        con.print("dimension decided by " + "; ".join(decided), style="dim")
+        decided = sorted({f"{d['dimension']}: {d['source']}" for d in dims if d["source"]})
+        if decided:  # a family without process groups (expert all-to-all, custom all-reduce) has no source
+            con.print("dimension decided by " + "; ".join(decided), style="dim")
     if a.pipeline is not None:
         p = a.pipeline
         pcols = [("stage", "stage"), ("ranks", "ranks"), ("step_ms", "step"), ("bubble_ms", "bubble"),
@@ -150,8 +151,8 @@ def render(a: Analysis, width: int | None = None, color: bool = False, show_step
                   f"{(fit.uncertainty_ns or 0) / NS_PER_US:.1f} us from {fit.instances} collectives")
     for line in whatif_lines(a):
         con.print(line)
-    for w in a.warnings:
-        con.print(f"[yellow]warning:[/yellow] {w}")
+    for w in a.warnings:  # a warning's own text is never markup ("[[comm_kernel]]" is a TOML table)
+        con.print(f"[yellow]warning:[/yellow] {escape(w)}")
     # rich pads every line to the table width; trailing blanks only get in the way in a pipe or a diff
     return "\n".join(line.rstrip() for line in buf.getvalue().split("\n"))
 
