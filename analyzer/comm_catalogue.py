@@ -20,6 +20,7 @@ from pathlib import Path
 import polars as pl
 
 from .errors import UsageError
+from .rules import REPORT_OPS
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -31,9 +32,7 @@ ENGINES = ("sm", "rdma", "copy_engine")
 ROLES = ("payload", "metadata", "sync")
 MODES = ("comm", "fused")
 FROM_NAME = "from_name"
-# the ops a report knows (``--comm-kernel REGEX=OP``); "copy" is a one-sided peer copy on the copy engine
-OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce", "send", "recv",
-       "send_recv", "barrier", "gather", "scatter", "copy")
+OPS = REPORT_OPS  # the ops a report knows (rules.py)
 USER_FAMILY = "user"  # rows a user rule classified
 COMPUTE = "compute"  # ``--comm-kernel REGEX=compute``: this is not communication after all
 
@@ -249,16 +248,6 @@ def launcher_literals() -> tuple[bytes, ...]:
     return tuple(t.encode() for t in kept)
 
 
-def resolve_launchers(names: pl.Series) -> pl.DataFrame:
-    """(launcher, l_family, l_mode) of each distinct launcher name (its op is already in the calls table)."""
-    rows = []
-    for n in names.drop_nulls().unique().to_list():
-        la = launcher_of(n)
-        if la is not None:
-            rows.append((n, la.family, la.mode))
-    return pl.DataFrame(rows, schema={"launcher": pl.Utf8, "l_family": pl.Utf8, "l_mode": pl.Utf8}, orient="row")
-
-
 # ----------------------------------------------------------------------------- the user's rules
 
 
@@ -281,14 +270,6 @@ class UserRules:
     def key(self) -> list:
         """What the cached derived tables depend on."""
         return [[r.pattern, r.op] for r in self.rules]
-
-    def index(self, name: pl.Expr) -> pl.Expr:
-        """The first matching rule's position in ``rules`` (null: none matches)."""
-        expr: pl.Expr = pl.lit(None, dtype=pl.Int32)
-        for i in reversed(range(len(self.rules))):
-            expr = pl.when(name.str.contains(self.rules[i].pattern).fill_null(False)).then(
-                pl.lit(i, dtype=pl.Int32)).otherwise(expr)
-        return expr
 
     def op(self, name: pl.Expr) -> pl.Expr:
         """The matching rule's OP (null: none matches)."""

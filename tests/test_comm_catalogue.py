@@ -78,6 +78,8 @@ CASES = [
      "sglang::RankSignals, sglang::Signal*, __nv_bfloat16*, int, int)", "kernel", "all_reduce", "sm", "payload"),
     ("aiter_custom_ar", None, "void aiter::cross_device_reduce_1stage<__hip_bfloat16, 8>(aiter::RankData*, "
      "aiter::RankSignals, aiter::Signal*, __hip_bfloat16*, int, int)", "kernel", "all_reduce", "sm", "payload"),
+    ("custom_allreduce", None, "void cross_device_reduce_1stage<half, 8>(RankData*, RankSignals, Signal*, half*, int, "
+     "int)", "kernel", "all_reduce", "sm", "payload"),
     ("quickreduce", "_C_custom_ar::qr_all_reduce", "void quickreduce::allreduce_prototype_twoshot<quickreduce::"
      "AllReduceTwoshot<__half, quickreduce::CodecQ4<__half, 4>, true>, __half>(__half const*, __half*, unsigned int, "
      "unsigned int, int, unsigned char**, unsigned int, unsigned int*, long)", "kernel", "all_reduce", "sm", "payload"),

@@ -88,3 +88,18 @@ def test_a_merged_file_gives_the_per_rank_figures_of_the_separate_files(tmp_path
         assert {k: m[k] for k in FIELDS} == {k: a[k] for k in FIELDS}, a["rank"]
     assert [r["comm_ms"] for r in merged["communication"]] == [r["comm_ms"] for r in apart["communication"]]
     assert any("one file holds" in w and f"{len(files)} ranks" in w for w in merged["warnings"])
+
+
+def test_several_processes_without_a_rank_per_event_are_said(tmp_path: Path) -> None:
+    # two processes' events concatenated as they are (no args.rank): one rank is all commscope can read, and says so
+    from tests.comm_traces import Gpu, write
+
+    paths = write(tmp_path / "apart", {r: [Gpu("void gemm_kernel<128>(float*)", 7, 100_000, 50_000)] for r in (0, 1)})
+    docs = [json.loads(p.read_text()) for p in paths]
+    merged = {**{k: v for k, v in docs[0].items() if k != "distributedInfo"},
+              "traceEvents": docs[0]["traceEvents"] + docs[1]["traceEvents"]}
+    out = tmp_path / "naive.json"
+    out.write_text(json.dumps(merged))
+    d = report(out)
+    assert d["source"]["ranks"] == [0]
+    assert any("holds the GPU work of 2 processes on 2 devices" in w for w in d["warnings"])

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from ..comm_catalogue import COMPUTE, USER_FAMILY, UserRules, catalogue, describe
+from ..comm_catalogue import COMPUTE, USER_FAMILY, UserRules, catalogue, describe, launcher_of
 from ..model import COLLECTIVE_SCHEMA, ProcessGroup, conform
 from ..rules import DIRECTED_P2P_OPS
 from ..timeline import launches
@@ -98,8 +98,6 @@ def _catalogued(df: pl.DataFrame, rules: UserRules) -> pl.DataFrame:
 
 
 def _launcher_families(df: pl.DataFrame) -> dict[str, str]:
-    from ..comm_catalogue import launcher_of
-
     return {n: la.family for n in df.get_column("launcher").drop_nulls().unique().to_list()
             if (la := launcher_of(n)) is not None}
 

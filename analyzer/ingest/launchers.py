@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from ..comm_catalogue import COMPUTE, UserRules
+from ..comm_catalogue import COMPUTE, UserRules, launcher_of
 from ..timeline import launches
 
 # device-to-device and peer copies (Kineto's and Nsight's spellings): the copies a communication op can make
@@ -99,8 +99,6 @@ def classify(gpu: pl.DataFrame, cpu: pl.DataFrame, comm_calls: pl.DataFrame, rul
     links = calls_of(cpu, comm_calls)
     if links.height == 0:
         return gpu
-    from ..comm_catalogue import launcher_of
-
     modes = {n: la.mode for n in links["launcher"].unique().to_list() if (la := launcher_of(n)) is not None}
     rows = (
         gpu.with_row_index("_i").filter(pl.col("correlation").is_not_null())

@@ -7,7 +7,7 @@ Two cases, per rank:
   communication (``candidate_words`` in ``comm_catalogue.toml``);
 - kernels on a stream without recognized communication, off the main compute stream, whose names use those
   words, that overlap the main stream's compute for at least half their time and add up to at least 1% of the
-  rank's busy time: either communication beside compute, or compute the report counts as compute rightly;
+  rank's summed kernel time: either communication beside compute, or compute the report counts rightly;
   the user decides with ``--comm-kernel``.
 Pure: tables in, (rank, name, ns) rows out; the analysis words the warnings.
 """
@@ -20,7 +20,7 @@ import polars as pl
 from ..comm_catalogue import catalogue
 from .coverage import RankAxis, RankedCoverage
 
-MIN_SHARE = 0.01  # of the rank's busy time: below this a side-stream kernel family is not worth a warning
+MIN_SHARE = 0.01  # of the rank's summed kernel time: below this a side-stream kernel is not worth a warning
 MIN_OVERLAP = 0.5  # of the kernels' own time spent beside the main stream's compute
 TOP = 3
 

@@ -155,7 +155,14 @@ def _traces(path: Path, sel: _Selection, options: ReadOptions, times: Any) -> li
     merged = sel.merged_ranks()
     if not merged:
         tables = sel.tables(times, meta.rank)
-        return None if tables is None else [_rank_trace(path, meta, tables)]
+        if tables is None:
+            return None
+        many = _processes(sel)
+        if many:  # several processes' GPUs and no per-event rank to split them by: said, never silently summed
+            meta = replace(meta, warnings=(*meta.warnings, f"{path.name}: holds the GPU work of {many[0]} processes "
+                                           f"on {many[1]} devices but names no rank per event (TraceLens' fusion writes "
+                                           "args.rank); read as one rank: pass each rank's own file instead"))
+        return [_rank_trace(path, meta, tables)]
     out = []
     for r in merged:
         tables = sel.split(r).tables(times, r)
@@ -168,6 +175,15 @@ def _traces(path: Path, sel: _Selection, options: ReadOptions, times: Any) -> li
         f"{path.name}: one file holds {len(merged)} ranks' work (a merged trace: each event names its rank); "
         f"read as ranks {merged[0]}-{merged[-1]}, one per rank"))))
     return out
+
+
+def _processes(sel: _Selection) -> tuple[int, int] | None:
+    """(processes, devices) where a file's launches come from several processes onto several devices; else None."""
+    devices = {(e.args.device if e.args is not None and e.args.device is not None else e.pid) for e in sel.gpu}
+    if len(devices) < 2:
+        return None
+    pids = {e.pid for e in sel.cpu if e.cat in ("cuda_runtime", "cuda_driver", "Runtime")}
+    return (len(pids), len(devices)) if len(pids) > 1 else None
 
 
 def read_tables_exact(path: Path, options: ReadOptions, cpu_ops: bool = True) -> list[RankTrace]:
