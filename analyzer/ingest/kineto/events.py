@@ -159,13 +159,20 @@ class _Selection:
         seen.discard(None)
         return sorted(seen) if len(seen) > 1 else []  # type: ignore[type-var]
 
-    def split(self, rank: int) -> _Selection:
-        """The events of one rank of a merged file (``merged_ranks``)."""
-        part = _Selection.__new__(_Selection)
-        part.__dict__.update(self.__dict__)
+    def split(self, ranks: list[int]) -> dict[int, _Selection]:
+        """Each rank's events of a merged file (``merged_ranks``), in one pass over the events."""
+        parts: dict[int, _Selection] = {}
+        for r in ranks:
+            part = parts[r] = _Selection.__new__(_Selection)
+            part.__dict__.update(self.__dict__)
+            for attr in ("gpu", "cpu", "comm", "gpu_steps", "cpu_steps"):
+                setattr(part, attr, [])
         for attr in ("gpu", "cpu", "comm", "gpu_steps", "cpu_steps"):
-            setattr(part, attr, [e for e in getattr(self, attr) if _merged_rank(e) == rank])
-        return part
+            for e in getattr(self, attr):
+                part = parts.get(_merged_rank(e))  # an event without a rank (a metadata-like leftover): dropped
+                if part is not None:
+                    getattr(part, attr).append(e)
+        return parts
 
     def tables(self, times: _Times, rank: int = 0
                ) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, tuple[pl.DataFrame, bool]] | None:

@@ -164,8 +164,8 @@ def _traces(path: Path, sel: _Selection, options: ReadOptions, times: Any) -> li
                                            "args.rank); read as one rank: pass each rank's own file instead"))
         return [_rank_trace(path, meta, tables)]
     out = []
-    for r in merged:
-        tables = sel.split(r).tables(times, r)
+    for r, part in sel.split(merged).items():
+        tables = part.tables(times, r)
         if tables is None:
             return None
         part = replace(meta, rank=r, rank_source="merged file (args.rank)", world_size=meta.world_size or len(merged),
