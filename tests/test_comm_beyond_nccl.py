@@ -93,8 +93,14 @@ def test_an_unknown_ep_library_warns_without_the_flag_and_matches_the_truth_with
     _check(flagged, ranks, lambda n: "my_ep::" in n)
     assert not [w for w in flagged["warnings"] if "no communication recognized" in w]
     assert {(r["family"], r["engine"]) for r in flagged["communication"]} == {("user", "sm")}
-    # matched as collectives: 3 steps x 3 kernels, each an instance over the 4 ranks
+    # matched as collectives: 3 steps x 3 kernels, each an instance over the 4 ranks, the i-th kernel on every rank;
+    # each rank's wait is its kernels' excess over the shortest of their instance (DESIGN: wait = d_r - min d)
     assert flagged["matching"]["instances"] == 9 and flagged["matching"]["unmatched_kernels"] == 0
+    durs = {r: [g.dur for g in flat(items) if "my_ep::" in g.name] for r, items in ranks.items()}
+    shortest = [min(d[i] for d in durs.values()) for i in range(9)]
+    for row in flagged["ranks"]:
+        want = sum(d - m for d, m in zip(durs[row["rank"]], shortest)) / 1e6
+        assert row["wait_ms"] == pytest.approx(want, abs=1e-9), row["rank"]
 
 
 def test_side_stream_kernels_named_like_communication_are_said(tmp_path: Path) -> None:
