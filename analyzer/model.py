@@ -37,6 +37,9 @@ GPU_OPTIONAL: dict[str, pl.DataType] = {
     # the ids of the ops it waits for; the graph binds it to the last of them to end
     "op_key": pl.Int64,
     "after": pl.List(pl.Int64),
+    # bytes a copy moved, where the rank has peer copies (communication on the copy engine; Kineto's memcpy
+    # "bytes", Nsight's memcpy bytes); kept only then, so a job without them carries no column
+    "bytes": pl.Int64,
 }
 
 CPU_SCHEMA: dict[str, pl.DataType] = {
@@ -70,6 +73,9 @@ COMM_CALL_SCHEMA: dict[str, pl.DataType] = {
     "peer_group_rank": pl.Int32,  # send/recv: the peer's rank within the group (resolved via group_ranks)
     "in_splits": pl.Utf8,  # all_to_all(v) split sizes per peer, comma-separated (dim-0 rows)
     "out_splits": pl.Utf8,
+    # a catalogue launcher (comm_catalogue.toml: symm_mem::*, vllm::all_reduce, nccl:*, ...): the host op's name;
+    # null for a call that records its metadata (record_param_comms, an NCCL NVTX range)
+    "launcher": pl.Utf8,
 }
 
 COLLECTIVE_SCHEMA: dict[str, pl.DataType] = {
@@ -96,6 +102,11 @@ COLLECTIVE_SCHEMA: dict[str, pl.DataType] = {
     "recv_peer": pl.Int32,
     "in_splits": pl.Utf8,
     "out_splits": pl.Utf8,
+    # the communication catalogue's word on the row (comm_catalogue.toml): family (nccl, deepep, symm_mem,
+    # copy_engine, user, ...), engine (sm, rdma, copy_engine) and role (payload, metadata, sync)
+    "family": pl.Utf8,
+    "engine": pl.Utf8,
+    "role": pl.Utf8,
 }
 
 STEP_SCHEMA: dict[str, pl.DataType] = {

@@ -43,6 +43,9 @@ P2P_OPS = (*DIRECTED_P2P_OPS, "send_recv")  # send_recv: a batched exchange (bat
 RECEIVING_P2P_OPS = ("recv", "send_recv")  # ops a pipeline stage waits on for its input
 # Ops every member must enter and that end almost together on every rank: the clock fit's anchors.
 BLOCKING_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "barrier")
+# Every op a report names (a user rule's OP, ``--comm-kernel REGEX=OP``): "copy" is a one-sided peer copy on the
+# copy engine (comm_catalogue.toml's copy_engine family)
+REPORT_OPS = (*BLOCKING_OPS, "broadcast", "reduce", "gather", "scatter", *P2P_OPS, "copy")
 
 # ----------------------------------------------------------------------------- bus bandwidth
 # nccl-tests (doc/PERFORMANCE.md): busbw = algbw * factor(op, n); all_reduce 2(n-1)/n,

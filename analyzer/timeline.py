@@ -1,119 +1,14 @@
-"""Kernel classification, interval unions and step windows over GPU timelines.
+"""Interval unions and step windows over GPU timelines.
 
-Classification lives here and only here: every reader calls :func:`gpu_kind` so that "is this a
-communication kernel" is decided once (HTA decides it twice and one copy went stale).
+Which GPU work is communication is decided in one place, the catalogue (``comm_catalogue.py``), which every
+reader calls (HTA decides it twice and one copy went stale).
 """
 
 from __future__ import annotations
 
-import re
-
 import polars as pl
 
 from .rules import STEP_MARKER
-
-# Collective / point-to-point kernels of every library seen in real traces:
-# NCCL old (ncclKernel_*) and new (ncclDevKernel_*), RCCL (ncclDevKernel_Generic, rccl*), MSCCL(++),
-# Habana HCCL, oneCCL, NVSHMEM, DeepEP, TransformerEngine userbuffers, vLLM custom all-reduce and
-# PyTorch symmetric-memory kernels (multimem_all_reduce_kernel, one_shot_all_reduce_kernel, ...).
-COMM_KERNEL_PATTERN = (
-    r"(?i)nccl|rccl|msccl|hccl|oneccl|xccl|nvshmem|deep_ep|userbuffers|cross_device_reduce"
-    r"|multimem_all_|one_shot_all_reduce|two_shot_all_reduce|all_?reduce_kernel|all_?gather_kernel"
-    r"|reduce_?scatter_kernel|all_?to_?all_kernel"
-)
-_COMM_RE = re.compile(COMM_KERNEL_PATTERN)
-
-# Raw event categories (Kineto ``cat``; readers of other formats map to these) -> GPU kind.
-_CATEGORY_KIND = {
-    "kernel": "kernel",
-    "gpu_memcpy": "memcpy",
-    "gpu_memset": "memset",
-    "cuda_sync": "sync",
-}
-
-# Operation names: from a kernel name (NCCL/RCCL naming) and from PyTorch's "Collective name".
-_KERNEL_OP_RULES: tuple[tuple[str, str], ...] = (
-    (r"(?i)all_?reduce", "all_reduce"),
-    (r"(?i)all_?gather", "all_gather"),
-    (r"(?i)reduce_?scatter", "reduce_scatter"),
-    (r"(?i)all_?to_?all", "all_to_all"),
-    (r"(?i)broadcast", "broadcast"),
-    (r"(?i)sendrecv|send_recv", "send_recv"),
-    (r"(?i)_send|send_", "send"),
-    (r"(?i)_recv|recv_", "recv"),
-    (r"(?i)_reduce", "reduce"),
-)
-
-_COLLECTIVE_NAME_OP = {
-    "allreduce": "all_reduce",
-    "allreduce_coalesced": "all_reduce",
-    "_allreduce_base": "all_reduce",
-    "allgather": "all_gather",
-    "all_gather": "all_gather",
-    "_allgather_base": "all_gather",
-    "allgather_into_tensor_coalesced": "all_gather",
-    "allgather_coalesced": "all_gather",
-    "reduce_scatter": "reduce_scatter",
-    "_reduce_scatter_base": "reduce_scatter",
-    "reduce_scatter_tensor_coalesced": "reduce_scatter",
-    "reducescatter": "reduce_scatter",
-    "all_to_all": "all_to_all",
-    "alltoall": "all_to_all",
-    "alltoall_base": "all_to_all",
-    "all_to_allv": "all_to_all",
-    "broadcast": "broadcast",
-    "bcast": "broadcast",
-    "reduce": "reduce",
-    "send": "send",
-    "recv": "recv",
-    "recvanysource": "recv",
-    "gather": "gather",
-    "scatter": "scatter",
-    "barrier": "barrier",
-    "coalesced": "coalesced",
-}
-
-
-def is_comm_kernel(name: str) -> bool:
-    return _COMM_RE.search(name) is not None
-
-
-def gpu_kind(category: pl.Expr, name: pl.Expr) -> pl.Expr:
-    """Vectorized GPU kind from a raw category and kernel name (the one rule)."""
-    base = category.replace_strict(_CATEGORY_KIND, default="other", return_dtype=pl.Utf8)
-    return (
-        pl.when(base == "kernel")
-        # a kernel without a name is neither compute nor comm: counted and said (``sanity``), never guessed
-        .then(pl.when(name.is_null()).then(pl.lit("other"))
-              .when(name.str.contains(COMM_KERNEL_PATTERN)).then(pl.lit("comm")).otherwise(pl.lit("compute")))
-        .otherwise(base)
-    )
-
-
-def op_from_kernel_name(name: pl.Expr) -> pl.Expr:
-    """Collective operation guessed from an NCCL/RCCL kernel name (used when metadata is missing)."""
-    expr: pl.Expr = pl.lit(None, dtype=pl.Utf8)
-    for pattern, op in reversed(_KERNEL_OP_RULES):
-        expr = pl.when(name.str.contains(pattern)).then(pl.lit(op)).otherwise(expr)
-    return expr
-
-
-def op_from_collective_name(name: str | None) -> str | None:
-    """PyTorch ``record_param_comms`` "Collective name" (or NVTX ``ncclAllReduce``) -> canonical op."""
-    if not name:
-        return None
-    key = name.strip().lower()
-    if key.startswith("nccl"):
-        key = key[4:]
-    key = key.replace("-", "_")
-    if key in _COLLECTIVE_NAME_OP:
-        return _COLLECTIVE_NAME_OP[key]
-    squashed = key.replace("_", "")
-    for k, v in _COLLECTIVE_NAME_OP.items():
-        if k.replace("_", "") == squashed:
-            return v
-    return key
-
 
 BUSY_KINDS = ("compute", "comm", "memcpy", "memset", "other")
 

@@ -11,6 +11,7 @@ from dash.dash_table.Format import Format, Scheme
 
 from analyzer.analysis import Analysis
 from analyzer.rules import NS_PER_US
+from analyzer.views import communication as comm_view
 from analyzer.views import figures, summary
 from analyzer.views.units import ms_tables
 from analyzer.views.verdict import headline
@@ -85,6 +86,19 @@ def process_group_rows(a: Analysis) -> list[dict]:
     return sorted(rows, key=lambda r: (len(r["pg"]), r["pg"]))
 
 
+def _communication_section(a: Analysis) -> html.Section | None:
+    """Communication by library and engine: the report's table (analyzer.views.communication), unchanged."""
+    split = comm_view.summary(a)
+    if split is None:
+        return None
+    cols = [{"id": k, "name": h, "type": "numeric", "format": Format(precision=d, scheme=Scheme.fixed)}
+            if d else {"id": k, "name": h} for k, h, d in comm_view.COLUMNS]
+    return _section(comm_view.TITLE, dash_table.DataTable(id="communication-table", columns=cols,
+                                                          data=split.to_dicts(), style_table=TABLE_STYLE,
+                                                          style_cell=CELL_STYLE),
+                    html.P(comm_view.NOTE, style={"color": "#777"}))
+
+
 def _section(title: str, *children, id_: str | None = None) -> html.Section:
     return html.Section([html.H2(title, style={"fontSize": "18px", "margin": "18px 0 6px"}), *children],
                         id=id_ or f"section-{title.lower().replace(' ', '-')}")
@@ -136,6 +150,7 @@ def build_layout(a: Analysis, download: bool = False) -> html.Div:
                           value=[]),
             html.Span("Drag to zoom: the view re-samples at the new resolution.", style={"color": "#777"}),
         ]), dcc.Loading(dcc.Graph(id="timeline", config={"displaylogo": False}), delay_show=400)),
+        _communication_section(a),
         dimensions.section(a),
         pipeline.section(a),
         _section("Collectives", html.Div(style={"display": "grid", "gridTemplateColumns": "3fr 2fr", "gap": "12px"},

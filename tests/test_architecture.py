@@ -5,7 +5,7 @@ are annotations and run nothing, so they are left out). Asserted: no cycle; pres
 dashboards) import no other presenter and no reader; the shared views import no presenter; every module
 imports only its own layer or layers upstream of it:
 
-    ground (rules, model, errors, ranklist, timeline, redact, patterns)
+    ground (rules, model, errors, ranklist, timeline, redact, patterns, comm_catalogue)
     <- ingest <- crossrank <- metrics <- whatif <- analysis (the flow, its cache, units), hangs
     <- history, compare <- views <- presenters (report, export, dashboards)
     <- drivers (the library API in analyzer/__init__, the cli package)
@@ -27,7 +27,7 @@ PACKAGES = ("analyzer", "dashboards")
 # (layer, rank): a module may import its own layer's modules and those of lower rank
 LAYERS: tuple[tuple[str, int], ...] = (
     ("analyzer.rules", 0), ("analyzer.model", 0), ("analyzer.errors", 0), ("analyzer.ranklist", 0),
-    ("analyzer.timeline", 0), ("analyzer.redact", 0), ("analyzer.patterns", 0),
+    ("analyzer.timeline", 0), ("analyzer.redact", 0), ("analyzer.patterns", 0), ("analyzer.comm_catalogue", 0),
     ("analyzer.ingest", 1),
     ("analyzer.crossrank", 2),
     ("analyzer.metrics", 3),

@@ -95,6 +95,14 @@ def _doc(tricky: bool) -> dict:
          "args": {"cbid": 1, "correlation": 987654321}},
         {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": t0, "dur": 1.0,
          "args": {"External id": 5, "cbid": 211, "correlation": 1}},
+        # a comm catalogue launcher (found by name, as record_param_comms is) and a peer copy (its size kept)
+        {"ph": "X", "cat": "cpu_op", "name": "symm_mem::multimem_all_reduce_", "pid": 1, "tid": 1, "ts": t0 + 3,
+         "dur": 4.0, "args": {"Sequence number": 5}},
+        {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy PtoP (Device -> Device)", "pid": 0, "tid": 31, "ts": t0 + 9,
+         "dur": 3.0, "args": {"device": 0, "stream": 31, "correlation": 2, "bytes": 4096,
+                              "memory bandwidth (GB/s)": 1.4}},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaMemcpyAsync", "pid": 1, "tid": 1, "ts": t0 + 4, "dur": 1.0,
+         "args": {"cbid": 41, "correlation": 2}},
     ]
     return doc
 
@@ -156,6 +164,11 @@ def test_all_paths_agree_on_every_layout(tmp_path: Path, layout: str, tricky: bo
         assert 99 in traces["exact"].steps["step"].to_list()
         cpu = traces["exact"].cpu
         assert "cudaEventQuery" not in cpu["name"].to_list()
+        calls = traces["exact"].comm_calls
+        launchers = calls.filter(pl.col("launcher").is_not_null())["launcher"].to_list()
+        assert "symm_mem::multimem_all_reduce_" in launchers and "nccl:all_reduce" in launchers
+        copies = gpu.filter(pl.col("kind") == "comm").filter(pl.col("name").str.starts_with("Memcpy PtoP"))
+        assert copies["bytes"].to_list() == [4096]
         assert 1 in cpu.filter(pl.col("name") == "cudaLaunchKernel")["correlation"].to_list()
 
 

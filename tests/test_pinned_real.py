@@ -4,7 +4,8 @@ Sets: every Kineto file under sample_traces/gpu_h200 and ../shared/traces (a fol
 one multi-rank set, any other file is a single-rank set; byte-identical copies are run once) and every
 Nsight Systems export. The oracle (tests/oracle.py) parses timestamps exactly and sweeps boundary points,
 so the numbers must agree to 1e-5 ms. Which kernels count as communication is the analyzer's one
-documented rule (``COMM_KERNEL_PATTERN``; pinned on its own in test_real_traces / test_timeline): what is
+documented rule (the catalogue's kernel patterns, ``comm_catalogue.toml``; pinned on its own in test_comm_catalogue /
+test_timeline): what is
 checked here is every length computed from that classification.
 """
 
@@ -17,13 +18,13 @@ from pathlib import Path
 
 import pytest
 
+from analyzer.comm_catalogue import catalogue
 from analyzer.errors import TraceError
-from analyzer.timeline import COMM_KERNEL_PATTERN
 from tests import oracle
 from tests.conftest import SAMPLES, SHARED
 from tests.helpers import report
 
-COMM = re.compile(COMM_KERNEL_PATTERN)
+COMM = re.compile(catalogue().any_pattern("kernel") or "(?!)")
 TOL_MS = 1e-5
 # JSON field -> oracle field
 WHOLE_FIELDS = {"compute_ms": "compute_ns", "compute_only_ms": "compute_only_ns", "comm_ms": "comm_ns",

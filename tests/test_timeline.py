@@ -7,8 +7,9 @@ import polars as pl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from analyzer.comm_catalogue import gpu_kind, is_comm_kernel, op_from_kernel_name
 from analyzer.metrics.coverage import Coverage
-from analyzer.timeline import gpu_kind, is_comm_kernel, op_from_kernel_name, union
+from analyzer.timeline import union
 
 intervals = st.lists(st.tuples(st.integers(0, 200), st.integers(0, 60)), max_size=40)
 

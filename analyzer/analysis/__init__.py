@@ -10,13 +10,24 @@ import polars as pl
 
 from ..crossrank import align, graph, match, step_sync
 from ..crossrank import groups as pgroups
-from ..metrics import blame, critical_path, dimensions, experts, inspector_folded, overlap, pipeline, stragglers, waits
+from ..metrics import (
+    blame,
+    critical_path,
+    dimensions,
+    experts,
+    inspector_folded,
+    overlap,
+    pipeline,
+    stragglers,
+    waits,
+)
 from ..metrics import inspector as inspector_metrics
 from ..model import RankMeta, TraceSet
 from ..rules import NS_PER_US, bus_factor_expr
 from ..whatif import counterfactual
 from ..whatif import scenarios as whatif
 from . import cache as analysis_cache
+from .communication import comm_warnings
 
 
 @dataclass(frozen=True)
@@ -75,6 +86,8 @@ class Analysis:
     inspector: inspector_metrics.InspectorSummary | None = None  # NCCL Inspector input: bandwidth, slow links, waits
     counterfactual: counterfactual.Counterfactual | None = None  # S, attribution, M_W, M_S (decides the verdict)
     rank_meta: tuple[RankMeta, ...] = ()  # per rank: source file, host, devices, process groups (presenters' names)
+    # per (rank, family, engine): comm, overlapped, exposed (ns), kernels, bytes (metrics.overlap.family_split)
+    communication: pl.DataFrame | None = None
 
 
 # what an analysis takes from its TraceSet as it is, not from the cache (analysis_cache.py)
@@ -134,6 +147,8 @@ def _analyze(ts: TraceSet, dims: pgroups.Options | None, busbw: dict[str, float]
     warnings = list(ts.warnings)
     covs = overlap.coverages(ts.gpu)
     totals = overlap.rank_totals(ts.gpu, covs)
+    by_family = overlap.family_split(ts.collectives, covs)
+    warnings.extend(comm_warnings(ts))
 
     inst = match.instances(ts.collectives)
     fit = align.fit_offsets(inst, ranks)
@@ -253,7 +268,7 @@ def _analyze(ts: TraceSet, dims: pgroups.Options | None, busbw: dict[str, float]
         warnings=tuple(warnings), traces=ts, graph=dep, critical_path=cpath, whatif=replayed, kernels=dep.kernels,
         process_groups=groups, dimensions=dim_df, pipeline=pipe, experts=experts.analyze(drows), counterfactual=cfx,
         inspector=_inspector(ts, groups, found[0] if found else None),
-        rank_meta=tuple(ts.ranks),
+        rank_meta=tuple(ts.ranks), communication=by_family,
     )
 
 

@@ -11,6 +11,7 @@ import click
 
 from .. import ranklist
 from ..redact import remember_environment
+from .comm_rules import comm_rule_options, rules_from_context
 from .limits import limit_options, limits_from_context
 from .output import emit as _emit
 from .output import guard as _guard
@@ -53,7 +54,8 @@ def load_options(rank_map: tuple[str, ...], step_marker: str | None, jobs: int |
 
         check(step_marker, "--step-marker")
     return LoadOptions(rank_map=_rank_map(rank_map), step_marker=step_marker, jobs=jobs, ranks=_ranks(ranks),
-                       cache=not no_cache, layout=layout, limits=limits_from_context())
+                       cache=not no_cache, layout=layout, limits=limits_from_context(),
+                       comm_rules=rules_from_context())
 
 
 def start_workers(paths: tuple[Path, ...] | list[Path], jobs: int | None, cache: bool = True) -> None:
@@ -80,6 +82,7 @@ def common_load_options(f: Callable) -> Callable:
         click.option("--jobs", "-j", type=click.IntRange(1, 512), help="Worker processes (default: the cores)."),
         click.option("--ranks", metavar="LIST", help="Analyze only these ranks, e.g. 0,2,4-7."),
         click.option("--no-cache", is_flag=True, help="Do not read or write the Parquet cache."),
+        *comm_rule_options(),
         *limit_options(),
     ]):
         f = opt(f)

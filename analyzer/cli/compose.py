@@ -52,9 +52,11 @@ def dashboard_app(a: Analysis, **options: int) -> dash.Dash:
 
 def full_report(paths: list[Path]) -> str:
     """A stored run's full HTML report, analyzed again from its trace files (the history page's /run/<RUN>)."""
+    from ..comm_catalogue import UserRules
     from ..report.html import render
+    from .comm_rules import env_rules
 
-    return render(analyze(load(paths, LoadOptions())))
+    return render(analyze(load(paths, LoadOptions(comm_rules=UserRules(env_rules())))))
 
 
 def history_app(target: str) -> dash.Dash:

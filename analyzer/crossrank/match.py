@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from ..comm_catalogue import catalogue
 from ..rules import DIRECTED_P2P_OPS as _DIRECTED
 from ..rules import P2P_OPS
 
@@ -66,8 +67,11 @@ def instances(coll: pl.DataFrame) -> pl.DataFrame:
         pl.col("step").fill_null(-1).alias("_step"),
         pl.col("_comm").alias("comm"),
     )
+    # a copy on the copy engine is one-sided: matched only as part of a recorded collective (NCCL's copy-engine
+    # collectives), never by order alone (async TP's peer copies, a pipeline's device-to-device transfers)
+    one_sided = _one_sided(df)
     meta = df.filter(pl.col("has_meta") & ~pl.col("_p2p"))
-    nometa = df.filter(~pl.col("has_meta") & ~pl.col("_p2p"))
+    nometa = df.filter(~pl.col("has_meta") & ~pl.col("_p2p") & ~one_sided)
 
     in_step = meta.filter(pl.col("step").is_not_null()).with_columns(
         pl.int_range(pl.len()).over("rank", "pg", "step").alias("_k")
@@ -82,7 +86,9 @@ def instances(coll: pl.DataFrame) -> pl.DataFrame:
         pl.lit("no_metadata").alias("match_rule"),
     )
     cols = [*coll.columns, "comm", "instance", "match_rule"]
-    parts = [x.select(cols) for x in (in_step, out_step, nm, *_p2p(df.filter(pl.col("_p2p"))))]
+    copies = df.filter(~pl.col("has_meta") & ~pl.col("_p2p") & one_sided).with_columns(
+        pl.lit(None, dtype=pl.Utf8).alias("instance"), pl.lit(None, dtype=pl.Utf8).alias("match_rule"))
+    parts = [x.select(cols) for x in (in_step, out_step, nm, copies, *_p2p(df.filter(pl.col("_p2p"))))]
     allrows = pl.concat(parts)
     counts = allrows.filter(pl.col("instance").is_not_null()).group_by("instance").agg(
         pl.col("rank").n_unique().alias("n_ranks"), pl.len().alias("_rows"),
@@ -101,12 +107,20 @@ def instances(coll: pl.DataFrame) -> pl.DataFrame:
     return out.sort("rank", "start_ns")
 
 
+def _one_sided(df: pl.DataFrame) -> pl.Expr:
+    """Rows that are copies on the copy engine (``engine``; tables without it have none)."""
+    if "engine" not in df.columns:
+        return pl.lit(False)
+    return (pl.col("engine") == "copy_engine").fill_null(False)
+
+
 def summary(inst: pl.DataFrame) -> tuple[dict[str, int], list[str]]:
     """Counts of what matched how (for ``matching`` in the report) and the warnings they call for."""
     p2p = is_p2p()
     matched = pl.col("instance").is_not_null()
     rule = pl.col("match_rule")
-    n_unmatched = inst.filter(~matched & ~p2p).height
+    copies = _one_sided(inst) & ~pl.col("has_meta")
+    n_unmatched = inst.filter(~matched & ~p2p & ~copies).height
     n_p2p = inst.filter(p2p).height
     n_p2p_unmatched = inst.filter(~matched & p2p).height
     n_pairs = inst.filter(rule.is_in(["p2p_peer", "p2p_pair"])).select(pl.col("instance").n_unique()).item()
@@ -127,7 +141,8 @@ def summary(inst: pl.DataFrame) -> tuple[dict[str, int], list[str]]:
         warnings.append(f"{partial} matched instances have fewer participants than their group "
                         "(ranks missing from the traces or outside their window): `partial` in the collectives")
     counts = {"p2p_kernels": n_p2p, "p2p_pairs": n_pairs, "p2p_unmatched_kernels": n_p2p_unmatched,
-              "exchange_instances": n_exch, "partial_instances": partial, "unmatched_kernels": n_unmatched}
+              "exchange_instances": n_exch, "partial_instances": partial, "unmatched_kernels": n_unmatched,
+              "one_sided_copies": inst.filter(copies & ~p2p).height}
     return counts, warnings
 
 
@@ -151,20 +166,34 @@ def _communicators(df: pl.DataFrame) -> pl.DataFrame:
         .drop("_u")
     )
     df = df.join(by_stream, on=["rank", "stream"], how="left")
+    # a family whose calls PyTorch never records (DeepEP, symmetric memory, custom all-reduce, ...) is its own
+    # communicator: its streams are numbered among that family's streams on the rank
+    fam = _unrecorded_family(df)
+    df = df.with_columns(fam.alias("_fam"))
     lone = (
         df.filter(pl.col("_pgk").is_null() & pl.col("_stream_pg").is_null())
-        .select("rank", "stream").unique()
-        .with_columns(pl.col("stream").rank("dense").over("rank").alias("_sidx"))
+        .select("rank", "stream", "_fam").unique()
+        .with_columns(pl.col("stream").rank("dense").over("rank", "_fam").alias("_sidx"))
     )
-    df = df.join(lone, on=["rank", "stream"], how="left")
+    df = df.join(lone, on=["rank", "stream", "_fam"], how="left", nulls_equal=True)
     inherit = pl.col("_pgk").is_null() & pl.col("_stream_pg").is_not_null()
+    unlabelled = pl.when(pl.col("_fam").is_null()).then(pl.format("stream#{}", "_sidx")).otherwise(
+        pl.format("{}#{}", "_fam", "_sidx"))
     return df.with_columns(
-        pl.coalesce("_pgk", "_stream_pg", pl.format("stream#{}", "_sidx")).alias("_comm"),
+        pl.coalesce("_pgk", "_stream_pg", unlabelled).alias("_comm"),
         pl.when(inherit).then(pl.col("_pg")).otherwise(pl.col("pg")).alias("pg"),
         pl.when(inherit).then(pl.col("_desc")).otherwise(pl.col("pg_desc")).alias("pg_desc"),
         pl.when(inherit).then(pl.col("_granks")).otherwise(pl.col("group_ranks")).alias("group_ranks"),
         pl.when(inherit).then(pl.col("_gsize")).otherwise(pl.col("group_size")).alias("group_size"),
-    ).drop("_pgk", "_stream_pg", "_pg", "_desc", "_granks", "_gsize", "_sidx")
+    ).drop("_pgk", "_stream_pg", "_pg", "_desc", "_granks", "_gsize", "_sidx", "_fam")
+
+
+def _unrecorded_family(df: pl.DataFrame) -> pl.Expr:
+    """The row's family where PyTorch never records its calls (null for NCCL-like families and bare tables)."""
+    if "family" not in df.columns:
+        return pl.lit(None, dtype=pl.Utf8)
+    recorded = [f.id for f in catalogue().families if f.host_metadata]
+    return pl.when(pl.col("family").is_not_null() & ~pl.col("family").is_in(recorded)).then(pl.col("family"))
 
 
 def _p2p(p2p: pl.DataFrame) -> list[pl.DataFrame]:

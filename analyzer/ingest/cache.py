@@ -31,6 +31,7 @@ from pathlib import Path
 import msgspec
 import polars as pl
 
+from ..comm_catalogue import catalogue
 from ..model import ProcessGroup, RankMeta, RankTrace
 from . import Reader, reader_for
 from .cachedir import cache_dir
@@ -41,8 +42,10 @@ from .options import ReadOptions
 # bump when a reader's tables change: old entries are then ignored (7: p2p peers and split sizes, launches
 # of GPU work only, Nsight NCCL/step ranges only, impossible GPU times left for the loader to count;
 # 8: long process-group member lists stored once in the cache dir, manifests refer to them; packs;
-# 9: manifests record their key and the digest of every file they read)
-PARSER_VERSION = "9"
+# 9: manifests record their key and the digest of every file they read
+# 10: the communication catalogue classifies (its data file's digest is in the key too), launcher calls, peer-copy
+# sizes, merged multi-rank files read as their ranks)
+PARSER_VERSION = "10"
 _TABLES = ("gpu", "cpu", "comm_calls", "steps")
 GROUPS_DIR = "groups"  # beside the entries: member lists by content hash, shared by every rank that lists them
 _INLINE_MEMBERS = 64  # shorter member lists stay in the manifest
@@ -53,7 +56,7 @@ MAX_MANIFEST_BYTES = 64 << 20  # a manifest (or a member list) past this is dama
 def cache_key(tf: TraceFile, opts: ReadOptions) -> str:
     path, st = _resolved(tf.path)
     ident = json.dumps(
-        [path, st.st_size, st.st_mtime_ns, PARSER_VERSION, tf.format,
+        [path, st.st_size, st.st_mtime_ns, PARSER_VERSION, catalogue().digest, tf.format,
          opts.rank_hint, sorted(opts.rank_map.items()), opts.step_marker],
     )
     return hashlib.sha256(ident.encode()).hexdigest()[:32]

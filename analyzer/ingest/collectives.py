@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import polars as pl
 
+from ..comm_catalogue import COMPUTE, USER_FAMILY, UserRules, catalogue, describe, launcher_of
 from ..model import COLLECTIVE_SCHEMA, ProcessGroup, conform
 from ..rules import DIRECTED_P2P_OPS
-from ..timeline import launches, op_from_kernel_name
+from ..timeline import launches
+from .launchers import is_copy, launcher_columns
 
 
 def build_table(
@@ -22,24 +24,25 @@ def build_table(
     steps: pl.DataFrame,
     groups: dict[int, tuple[ProcessGroup, ...]] | None = None,
     host_steps: pl.DataFrame | None = None,
+    rules: UserRules | None = None,
 ) -> pl.DataFrame:
-    """Link comm kernels to their host call and step; number them within each process group.
+    """Link comm kernels to their host call and step; number them within each process group; name each one's
+    family, engine and role (the catalogue, the launcher around its launch, the user's rules).
 
     A kernel's step is the host step its launch fell in (``host_steps``) where that is known: a
     kernel delayed past the start of the next step window still belongs to the step that launched it,
     so an instance never splits across steps. Otherwise the step window its start falls in.
     """
     kernels = gpu.filter(pl.col("kind") == "comm").select(
-        "rank", "stream", "start_ns", "end_ns", "name", "correlation"
+        "rank", "stream", "start_ns", "end_ns", "name", "correlation",
+        *([pl.col("bytes").alias("_copied")] if "bytes" in gpu.columns else [])
     )
     if kernels.height == 0:
         return conform(pl.DataFrame(), COLLECTIVE_SCHEMA)
-    linked = _link(cpu, comm_calls)
+    linked = _link(cpu, comm_calls.filter(pl.col("launcher").is_null()) if "launcher" in comm_calls.columns
+                   else comm_calls)
     df = kernels.join(linked, on=["rank", "correlation"], how="left")
-    df = df.with_columns(
-        pl.col("op").is_not_null().alias("has_meta"),
-        pl.coalesce("op", op_from_kernel_name(pl.col("name"))).alias("op"),
-    )
+    df = _catalogued(launcher_columns(df, cpu, comm_calls), rules or UserRules())
     if groups:
         df = _fill_group_ranks(df, groups)
     df = _resolve_peer(df)
@@ -55,9 +58,53 @@ def build_table(
     return conform(df, COLLECTIVE_SCHEMA)
 
 
+def _catalogued(df: pl.DataFrame, rules: UserRules) -> pl.DataFrame:
+    """``has_meta``, ``op``, ``family``, ``engine`` and ``role`` of each comm row.
+
+    The op: the host's record (``record_param_comms``, an NCCL range), else the user's rule, else the launcher
+    op's, else the one the catalogue reads from the name. The family and engine: the user's rule ("user"), else
+    the catalogue's pattern for the name, else the launcher's family (a copy: on the copy engine). A peer copy's
+    size is its bytes."""
+    names = df.get_column("name")
+    copy = is_copy(pl.col("name"))
+    desc = pl.concat([describe(names.filter(~names.str.contains("^Memcpy").fill_null(False)), "kernel"),
+                      describe(names.filter(names.str.contains("^Memcpy").fill_null(False)), "memcpy")])
+    fam = catalogue().by_id
+    engines = {f: x.engine for f, x in fam.items()}
+    user = rules.op(pl.col("name")) if rules else pl.lit(None, dtype=pl.Utf8)
+    user = pl.when(user != COMPUTE).then(user)
+    df = df.join(desc.rename({"op": "_nop", "family": "_fam", "engine": "_eng", "role": "_role"}), on="name",
+                 how="left").with_columns(user.alias("_uop"))
+    l_family = pl.col("launcher").replace_strict(_launcher_families(df), default=None, return_dtype=pl.Utf8)
+    family = pl.when(pl.col("_uop").is_not_null()).then(pl.lit(USER_FAMILY)).otherwise(pl.coalesce("_fam", l_family))
+    engine = (pl.when(copy).then(pl.lit("copy_engine"))
+              .when(pl.col("_uop").is_not_null() | pl.col("_fam").is_null())
+              .then(family.replace_strict(engines, default="sm", return_dtype=pl.Utf8))
+              .otherwise(pl.col("_eng")))
+    # a family whose calls PyTorch records (NCCL) keeps the op its kernel's name spells where the record is
+    # missing: its ranges (nccl:all_to_all around SendRecv kernels) name the API call, not the kernel's pattern
+    recorded = [f for f, x in fam.items() if x.host_metadata]
+    name_first = pl.when(pl.col("_fam").is_in(recorded)).then(pl.col("_nop"))
+    out = df.with_columns(
+        pl.col("op").is_not_null().alias("has_meta"),
+        pl.coalesce("op", "_uop", name_first, "l_op", "_nop").alias("op"),
+        family.alias("family"), engine.alias("engine"), pl.coalesce("_role", pl.lit("payload")).alias("role"),
+    )
+    if "_copied" in out.columns:  # a copy's own size where the host recorded none
+        out = out.with_columns(pl.coalesce("in_bytes", "_copied").alias("in_bytes"),
+                               pl.coalesce("out_bytes", "_copied").alias("out_bytes"))
+    return out.drop([c for c in ("_nop", "_fam", "_eng", "_role", "_uop", "launcher", "l_op", "_copied")
+                     if c in out.columns])
+
+
+def _launcher_families(df: pl.DataFrame) -> dict[str, str]:
+    return {n: la.family for n in df.get_column("launcher").drop_nulls().unique().to_list()
+            if (la := launcher_of(n)) is not None}
+
+
 def _link(cpu: pl.DataFrame, comm_calls: pl.DataFrame) -> pl.DataFrame:
     """(rank, correlation) of each launch inside a collective call, with that call's metadata."""
-    meta = [c for c in comm_calls.columns if c not in ("rank", "tid", "start_ns", "end_ns")]
+    meta = [c for c in comm_calls.columns if c not in ("rank", "tid", "start_ns", "end_ns", "launcher")]
     empty = pl.DataFrame(schema={"rank": pl.Int32, "correlation": pl.Int64, **{c: comm_calls.schema[c] for c in meta}})
     if comm_calls.height == 0:
         return empty

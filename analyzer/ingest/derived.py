@@ -37,7 +37,8 @@ _PKG = Path(__file__).resolve().parents[1]
 # the code that turns the ranks' tables into the derived ones (hygiene, rank settling, checks, steps, collectives;
 # test_derived_cache checks that what these import is listed too)
 _SOURCES = ("ingest/loader.py", "ingest/sanity.py", "ingest/hygiene.py",
-            "ingest/collectives.py", "timeline.py", "model.py", "rules.py", "ranklist.py")
+            "ingest/collectives.py", "ingest/launchers.py", "timeline.py", "model.py", "rules.py", "ranklist.py",
+            "comm_catalogue.py", "comm_catalogue.toml", "patterns.py", "errors.py", "redact.py")
 _code_hash: str | None = None
 
 

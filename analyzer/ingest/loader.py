@@ -17,6 +17,7 @@ from pathlib import Path
 
 import polars as pl
 
+from ..comm_catalogue import UserRules, catalogue
 from ..errors import CommscopeError, TraceError, UsageError
 from ..model import (
     COLLECTIVE_SCHEMA,
@@ -36,6 +37,7 @@ from . import ReadOptions, collectives
 from .consistency import check_job
 from .discover import TraceFile, discover_all
 from .hygiene import drop_invalid_gpu
+from .launchers import classify
 from .lean import lean_reader, read_lean
 from .limits import DEFAULT as DEFAULT_LIMITS
 from .limits import Limits, rank_problem, world_problem
@@ -54,6 +56,7 @@ class LoadOptions:
     scheduler: str | None = None  # Dask scheduler address: parse ranks on that cluster
     layout: str | None = None  # --layout: op tables take their parallel sizes from it (ingest/optable_layout.py)
     limits: Limits = DEFAULT_LIMITS  # what one input may cost (--max-inflated-size, --max-events, ...)
+    comm_rules: UserRules = UserRules()  # --comm-kernel REGEX=OP and the config file's rules
 
 
 UNCACHED = ("optable",)  # already columnar: read whole faster than a cache entry (AR, 117 k ops: ~0.1 s)
@@ -222,7 +225,7 @@ def load(paths: list[Path], options: LoadOptions | None = None) -> TraceSet:
             raise UsageError(f"none of the requested ranks {list(options.ranks)} is in the traces")
     warnings += dropped + [f"skipped {s.reason}" if s.reason.startswith(s.path) else f"skipped {s.path}: {s.reason}"
                            for s in skipped]
-    return assemble(traces, skipped, warnings, options.step_marker, derived_key)
+    return assemble(traces, skipped, warnings, options.step_marker, derived_key, options.comm_rules)
 
 
 def _inspector_logs(files: list[TraceFile], options: LoadOptions) -> TraceSet:
@@ -293,7 +296,7 @@ def _derived_key(files: list[TraceFile], options: LoadOptions) -> tuple[str, lis
                                           step_marker=options.step_marker)) for tf in files]
         return derived.job_key(keys, [options.step_marker, sorted((options.rank_map or {}).items()),
                                       list(options.ranks) if options.ranks is not None else None, options.layout,
-                                      repr(options.limits)]), keys
+                                      repr(options.limits), options.comm_rules.key()]), keys
     except OSError:  # a file gone meanwhile, or commscope's source unreadable: derived afresh, not cached
         return None
 
@@ -439,7 +442,8 @@ def _concat(schema: dict[str, pl.DataType], frames: list[pl.DataFrame],
 
 
 def assemble(traces: list[RankTrace], skipped: list[Skipped], warnings: list[str],
-             step_marker: str | None = None, derived_key: tuple[str, list[str]] | None = None) -> TraceSet:
+             step_marker: str | None = None, derived_key: tuple[str, list[str]] | None = None,
+             rules: UserRules | None = None) -> TraceSet:
     """The job's tables; with ``derived_key``, the checked GPU table, steps and collectives come from the
     job's cached entry where there is one (``derived.py``), and are stored there otherwise."""
     gpu = _concat(GPU_SCHEMA, [t.gpu for t in traces], GPU_OPTIONAL)
@@ -460,6 +464,8 @@ def assemble(traces: list[RankTrace], skipped: list[Skipped], warnings: list[str
     gpu, sane = check_gpu(gpu, cpu)  # duplicates, impossible lengths, stream overlaps, unnamed kernels: said
     warnings.extend(sane)
     calls = _concat(COMM_CALL_SCHEMA, [t.comm_calls for t in traces])
+    rules = rules or UserRules()
+    gpu = classify(gpu, cpu, calls, rules)  # what names cannot say: the launching host op, the user's rules
     host_steps = [t.steps for t in traces if not t.steps_on_gpu]
     gpu_steps = [t.steps for t in traces if t.steps_on_gpu]
     steps = _concat(STEP_SCHEMA, [*gpu_steps, pl.DataFrame()])
@@ -475,13 +481,16 @@ def assemble(traces: list[RankTrace], skipped: list[Skipped], warnings: list[str
     groups = {t.meta.rank: t.meta.process_groups for t in traces}
     given = [t for t in traces if t.collectives is not None]  # readers that know the table whole (op tables)
     rest = gpu.filter(~pl.col("rank").is_in([t.meta.rank for t in given])) if given else gpu
-    table = collectives.build_table(rest, cpu, calls, steps, groups, host_step_windows(cpu, step_marker))
+    table = collectives.build_table(rest, cpu, calls, steps, groups, host_step_windows(cpu, step_marker), rules)
     if given:
         table = _concat(COLLECTIVE_SCHEMA, [table, *[t.collectives for t in given]]).sort("rank", "start_ns")
-    missing = table.filter(~pl.col("has_meta"))
+    # only families whose calls PyTorch records can miss that record; the others' op comes from the catalogue
+    recorded = [f.id for f in catalogue().families if f.host_metadata]
+    missing = table.filter(~pl.col("has_meta") & (pl.col("family").is_in(recorded) | pl.col("family").is_null()))
     if missing.height:
         warnings.append(
-            f"{missing.height} of {table.height} communication kernels have no collective metadata "
+            f"{missing.height} of {table.filter(pl.col('family').is_in(recorded) | pl.col('family').is_null()).height} "
+            "communication kernels have no collective metadata "
             "(launched before the profiling window, or no record_param_comms): operation guessed from the kernel name"
         )
     if derived_key is not None:

@@ -7,7 +7,7 @@ After ``hygiene`` (no null or negative times are left), per rank, in this order:
    dropped: a ``dur`` of 1e15 us would otherwise make ``comm_ms`` ~1e12;
 3. an event that runs past the start of the next event on its stream is clipped to end there: a stream runs one
    thing at a time, and a stretched kernel would lower compute or raise waits without a word;
-4. kernels without a name are kept as kind ``other`` (``timeline.gpu_kind``): counted as neither compute nor
+4. kernels without a name are kept as kind ``other`` (``comm_catalogue.gpu_kind``): counted as neither compute nor
    communication, never guessed.
 """
 

@@ -94,3 +94,38 @@ def step_breakdown(steps: pl.DataFrame, covs: RankCoverage) -> pl.DataFrame:
     idx = idx[idx >= 0]
     m = covs.measure(idx, kept["start_ns"].to_numpy(), kept["end_ns"].to_numpy())
     return pl.DataFrame({"rank": kept["rank"], "step": kept["step"], "start_ns": kept["start_ns"], **m}, schema=schema)
+
+
+SPLIT_COLUMNS = ("comm_ns", "overlapped_comm_ns", "exposed_comm_ns")
+
+
+def family_split(coll: pl.DataFrame, covs: RankCoverage) -> pl.DataFrame:
+    """Communication per (rank, family, engine), whole window: with F = ∪ the family's rows and M = ∪ compute,
+    comm = |F|, overlapped = |F ∩ M| (ran beside compute: on the copy engine it costs no SMs), exposed = |F − M|
+    (the step waited for it); kernels and the bytes their calls recorded. Families may overlap each other, so
+    their rows need not add up to the rank's comm."""
+    schema = {"rank": pl.Int32, "family": pl.Utf8, "engine": pl.Utf8, "kernels": pl.UInt32, "bytes": pl.Int64,
+              **{c: pl.Int64 for c in SPLIT_COLUMNS}}
+    if coll.height == 0 or covs.axis.ranks.size == 0:
+        return pl.DataFrame(schema=schema)
+    rows = coll.select("rank", pl.col("family").fill_null("unknown"), pl.col("engine").fill_null("sm"), "start_ns",
+                       "end_ns", pl.max_horizontal("in_bytes", "out_bytes").alias("_bytes"))
+    rows = rows.filter(pl.Series(covs.index(rows["rank"].to_numpy()) >= 0))
+    compute = covs.compute.totals()
+    parts = []
+    for (family, engine), g in rows.group_by("family", "engine", maintain_order=True):
+        f = RankedCoverage.of(covs.axis, g["rank"].to_numpy(), g["start_ns"].to_numpy(), g["end_ns"].to_numpy())
+        comm = f.totals()
+        both = RankedCoverage(covs.axis, f.cov | covs.compute.cov).totals()
+        overlapped = comm + compute - both
+        has = comm > 0
+        counts = g.group_by("rank").agg(pl.len().alias("kernels"), pl.col("_bytes").sum().alias("bytes"))
+        parts.append(pl.DataFrame({
+            "rank": covs.axis.ranks[has], "family": family, "engine": engine, "comm_ns": comm[has],
+            "overlapped_comm_ns": overlapped[has], "exposed_comm_ns": comm[has] - overlapped[has],
+        }).with_columns(pl.col("rank").cast(pl.Int32)).join(counts, on="rank", how="left"))
+    if not parts:
+        return pl.DataFrame(schema=schema)
+    out = pl.concat(parts, how="diagonal_relaxed").with_columns(
+        pl.when(pl.col("bytes") > 0).then(pl.col("bytes")).alias("bytes"))
+    return out.select([pl.col(c).cast(t) for c, t in schema.items()]).sort("rank", "family", "engine")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import html as html_lib
 
 from ..analysis import Analysis
+from ..views import communication as comm_view
 from ..views.dimensions import COLUMNS as DIM_COLUMNS
 from ..views.dimensions import summary as dim_summary
 from ..views.inspector import tables as inspector_tables
@@ -69,6 +70,11 @@ def render(a: Analysis) -> str:
                      "profiled steps.</p>")
         rows = [[cell(r.get(k)) for k, _ in RANK_COLUMNS] for r in ms_tables(a).ranks.to_dicts()]
         parts.append(html_table([h for _, h in RANK_COLUMNS], rows))
+    split = comm_view.summary(a)
+    if split is not None:
+        parts.append(f"<h2>{esc(comm_view.TITLE)}</h2><p class=\"muted\">{esc(comm_view.NOTE)}.</p>")
+        parts.append(html_table([h for _, h, _ in comm_view.COLUMNS],
+                                [[cell(r.get(k), d) for k, _, d in comm_view.COLUMNS] for r in split.to_dicts()]))
     dims = dim_summary(a)
     if dims:
         parts.append("<h2>Per parallelism dimension</h2><p class=\"muted\">Mean per participating rank.</p>")

@@ -16,6 +16,7 @@ import polars as pl
 from ..analysis import Analysis
 from ..metrics.stragglers import Verdict
 from ..rules import NS_PER_MS, NS_PER_US
+from ..views.communication import records as communication_records
 from ..views.counterfactual import counterfactual_dict
 from ..views.units import ms_dict, ms_frame, ms_tables
 from ..views.whatif import critical_path_records, whatif_dict
@@ -158,6 +159,7 @@ def to_dict(a: Analysis) -> dict:
         "steps": _records(t.steps, STEP_FIELDS),
         "collectives": _records(t.collectives, COLLECTIVE_FIELDS),
         "bandwidth": _records(t.bandwidth, tuple(t.bandwidth.columns)),
+        "communication": _communication(a),
         "stragglers": {"verdict": roots[0] if roots else None, "roots": roots, "ranking": ranking,
                        "transfer_caused_wait_ms": _number(a.blame.transfer_caused_ns / NS_PER_MS) if a.blame else None,
                        **counterfactual_dict(a)},
@@ -178,6 +180,12 @@ def to_dict(a: Analysis) -> dict:
         "inspector": _inspector(a),
         "warnings": list(a.warnings),
     }
+
+
+def _communication(a: Analysis) -> list[dict]:
+    """Per (rank, family, engine): the split of communication by library and engine (views/communication.py)."""
+    df = communication_records(a)
+    return [] if df is None else _records(df, fields(_P["communication"]))
 
 
 PIPELINE_STAGE_FIELDS = fields(_P["pipeline"]["properties"]["stages"])

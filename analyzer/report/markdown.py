@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..analysis import Analysis
+from ..views import communication as comm_view
 from ..views.dimensions import COLUMNS as DIM_COLUMNS
 from ..views.dimensions import summary as dim_summary
 from ..views.inspector import tables as inspector_tables
@@ -38,6 +39,11 @@ def render(a: Analysis) -> str:
         lines += ["### Per rank", "", "_Whole captured window; step time is the mean over profiled steps._", ""]
         rows = [[cell(r.get(k)) for k, _ in RANK_COLUMNS] for r in ms_tables(a).ranks.to_dicts()]
         lines += table([h for _, h in RANK_COLUMNS], rows) + [""]
+    split = comm_view.summary(a)
+    if split is not None:
+        lines += [f"### {comm_view.TITLE}", "", f"_{comm_view.NOTE}._", ""]
+        lines += table([h for _, h, _ in comm_view.COLUMNS],
+                       [[cell(r.get(k), d) for k, _, d in comm_view.COLUMNS] for r in split.to_dicts()]) + [""]
     dims = dim_summary(a)
     if dims:
         lines += ["### Per parallelism dimension", "", "_Mean per participating rank._", ""]

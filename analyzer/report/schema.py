@@ -279,6 +279,7 @@ MATCHING = obj("How the communication kernels were matched across ranks (empty f
         ("exchange_instances", "Grouped send/recv matched as group exchanges."),
         ("partial_instances", "Instances with fewer participants than the group."),
         ("kernels_without_metadata", "Communication kernels without collective metadata."),
+        ("one_sided_copies", "Copy-engine rows not matched across ranks (one-sided peer copies)."),
     )
 })
 
@@ -314,6 +315,23 @@ WHATIF = obj("The measured run replayed on the dependency graph, and scenarios (
     }),
 }, null=True)
 
+COMMUNICATION = records("Communication split by library and engine: one row per rank, catalogue family and engine, over "
+                        "the whole captured window (families may overlap: a rank's rows need not add up to its "
+                        "`comm_ms`).", {
+    "rank": whole("Rank."),
+    "family": string("Communication catalogue family (`nccl`, `deepep`, `symm_mem`, `copy_engine`, ...; `user` for "
+                     "`--comm-kernel` rules)."),
+    "library": string("The family's library, as the catalogue names it."),
+    "engine": string("What moved the bytes: `sm`, `copy_engine` or `rdma`."),
+    "kernels": whole("Communication rows (kernels or copies) of the family on the rank."),
+    "bytes": num("Bytes recorded for them (host records, or a copy's own size)."),
+    "comm_ms": num("Union of the family's rows."),
+    "overlapped_comm_ms": num("Of it, beside compute kernels."),
+    "exposed_comm_ms": num("Of it, not beside compute: the step waited for it."),
+    "overlap_pct": num("overlapped / comm, in percent."),
+    "gbps": num("bytes / comm time, GB/s over the family's busy time."),
+})
+
 ANALYSIS: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "$id": SCHEMA_ID,
@@ -333,6 +351,7 @@ ANALYSIS: dict[str, Any] = {
         "steps": STEPS,
         "collectives": COLLECTIVES,
         "bandwidth": BANDWIDTH,
+        "communication": COMMUNICATION,
         "stragglers": STRAGGLERS,
         "clock": CLOCK,
         "process_groups": PROCESS_GROUPS,

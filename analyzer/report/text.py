@@ -12,6 +12,7 @@ from rich.table import Table
 
 from ..analysis import Analysis
 from ..rules import NS_PER_US, size_text
+from ..views import communication as comm_view
 from ..views.dimensions import summary as dim_summary
 from ..views.inspector import tables as inspector_tables
 from ..views.units import ms_frame, ms_tables
@@ -80,13 +81,25 @@ def render(a: Analysis, width: int | None = None, color: bool = False, show_step
     if show_steps and a.steps.height:
         con.print()
         tcon.print(_table("Per step, ms", STEP_COLUMNS_WIDE if wide else STEP_COLUMNS, ms_tables(a).steps.to_dicts()))
+    split = comm_view.summary(a)
+    if split is not None:
+        con.print()
+        st = _new_table(f"{comm_view.TITLE}, ms")
+        for _, label, _ in comm_view.TEXT_COLUMNS:
+            st.add_column(label, justify="left" if label in ("family", "engine") else "right")
+        for r in split.to_dicts():
+            st.add_row(*[size_text(r.get(k)) if k == "bytes" else plain_cell(r.get(k), d)
+                         for k, _, d in comm_view.TEXT_COLUMNS])
+        tcon.print(st)
+        con.print(comm_view.NOTE, style="dim")
     dims = dim_summary(a)
     if dims:
         con.print()
         tcon.print(_table("Per parallelism dimension, ms (mean per participating rank; root-caused: all ranks)",
                           DIM_TEXT_COLUMNS, dims))
-        decided = sorted({f"{d['dimension']}: {d['source']}" for d in dims})
-        con.print("dimension decided by " + "; ".join(decided), style="dim")
+        decided = sorted({f"{d['dimension']}: {d['source']}" for d in dims if d["source"]})
+        if decided:  # a family without process groups (expert all-to-all, custom all-reduce) has no source
+            con.print("dimension decided by " + "; ".join(decided), style="dim")
     if a.pipeline is not None:
         p = a.pipeline
         pcols = [("stage", "stage"), ("ranks", "ranks"), ("step_ms", "step"), ("bubble_ms", "bubble"),
@@ -138,8 +151,8 @@ def render(a: Analysis, width: int | None = None, color: bool = False, show_step
                   f"{(fit.uncertainty_ns or 0) / NS_PER_US:.1f} us from {fit.instances} collectives")
     for line in whatif_lines(a):
         con.print(line)
-    for w in a.warnings:
-        con.print(f"[yellow]warning:[/yellow] {w}")
+    for w in a.warnings:  # a warning's own text is never markup ("[[comm_kernel]]" is a TOML table)
+        con.print(f"[yellow]warning:[/yellow] {escape(w)}")
     # rich pads every line to the table width; trailing blanks only get in the way in a pipe or a diff
     return "\n".join(line.rstrip() for line in buf.getvalue().split("\n"))
 

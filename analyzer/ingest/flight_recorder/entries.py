@@ -16,8 +16,8 @@ from pathlib import Path
 
 import polars as pl
 
+from ...comm_catalogue import op_from_collective_name
 from ...errors import TraceError
-from ...timeline import op_from_collective_name
 from ..kineto.tables import dtype_size
 
 INT64_MAX = (1 << 63) - 1

@@ -22,6 +22,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
+from ...comm_catalogue import launcher_literals
 from ...rules import STEP_PREFIX
 from ..options import ReadOptions
 from . import json_depth
@@ -35,7 +36,10 @@ _LONG = 19  # digits from which a correlation may not fit int64: such a block is
 
 def _hit_regex(cats: tuple[str, ...]) -> str:
     alts = "|".join(re.escape(c) for c in sorted(set(cats), key=len, reverse=True))
-    return rf'"cat"\s*:\s*"(?:{alts})"|record_param_comms|{STEP_PREFIX}'
+    # the comm catalogue's launcher ops (symm_mem::*, vllm::all_reduce, ...) are found by name, as
+    # record_param_comms is: a few literals more in one pass of Polars' multi-literal search
+    launchers = "".join("|" + re.escape(x.decode()) for x in launcher_literals())
+    return rf'"cat"\s*:\s*"(?:{alts})"|record_param_comms|{STEP_PREFIX}{launchers}'
 
 
 _HITS = _hit_regex(_SCAN_CATS)

@@ -14,6 +14,7 @@ import msgspec
 import polars as pl
 
 from ... import patterns
+from ...comm_catalogue import launcher_of
 from ...rules import STEP_MARKER, STEP_PREFIX
 from ..options import ReadOptions
 from .tables import (
@@ -89,6 +90,23 @@ def launches_of_gpu_work(cpu: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
     return cpu.filter((pl.col("kind") != "runtime") | pl.col("correlation").is_in(linked.implode()))
 
 
+_LAUNCHER_NAMES: dict[str, bool] = {}  # a trace repeats a few thousand op names: each is looked up once
+
+
+def _is_launcher(name: Any) -> bool:
+    hit = _LAUNCHER_NAMES.get(name) if type(name) is str else False
+    if hit is None:
+        if len(_LAUNCHER_NAMES) > 1 << 16:  # names built per call (rare): bounded
+            _LAUNCHER_NAMES.clear()
+        hit = _LAUNCHER_NAMES[name] = launcher_of(name) is not None
+    return hit
+
+
+def _merged_rank(e: Any) -> int | None:
+    r = e.args.merged_rank if e.args is not None else None
+    return r if type(r) is int else None
+
+
 class TooManyEvents(Exception):
     """More events for the tables than ``Limits.max_events``: the reader words it with the file's name."""
 
@@ -130,6 +148,8 @@ class _Selection:
                 cpu.append(e)
             if name == "record_param_comms" and e.args is not None:
                 comm.append(e)
+            elif (cat == "cpu_op" or cat == "user_annotation") and _is_launcher(name):
+                comm.append(e)  # a catalogue launcher (symm_mem::*, vllm::all_reduce, nccl:*): a comm call too
             if cat in _MARKER_CATS:
                 # the default marker can only match names starting "ProfilerStep#": skip the regex otherwise
                 if plain and not (type(name) is str and name.startswith(STEP_PREFIX)):
@@ -138,6 +158,28 @@ class _Selection:
                     (gsteps if cat == "gpu_user_annotation" else csteps).append(e)
         if len(gpu) + len(cpu) > self.max_events:
             raise TooManyEvents(len(gpu) + len(cpu))
+
+    def merged_ranks(self) -> list[int]:
+        """The ranks of a merged multi-rank file (TraceLens TraceFusion gives every event ``args.rank``), in
+        order; [] for an ordinary one-rank file."""
+        seen = {_merged_rank(e) for e in self.gpu}
+        seen.discard(None)
+        return sorted(seen) if len(seen) > 1 else []  # type: ignore[type-var]
+
+    def split(self, ranks: list[int]) -> dict[int, _Selection]:
+        """Each rank's events of a merged file (``merged_ranks``), in one pass over the events."""
+        parts: dict[int, _Selection] = {}
+        for r in ranks:
+            part = parts[r] = _Selection.__new__(_Selection)
+            part.__dict__.update(self.__dict__)
+            for attr in ("gpu", "cpu", "comm", "gpu_steps", "cpu_steps"):
+                setattr(part, attr, [])
+        for attr in ("gpu", "cpu", "comm", "gpu_steps", "cpu_steps"):
+            for e in getattr(self, attr):
+                part = parts.get(_merged_rank(e))  # an event without a rank (a metadata-like leftover): dropped
+                if part is not None:
+                    getattr(part, attr).append(e)
+        return parts
 
     def tables(self, times: _Times, rank: int = 0
                ) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, tuple[pl.DataFrame, bool]] | None:

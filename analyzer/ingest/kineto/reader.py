@@ -24,6 +24,7 @@ from __future__ import annotations
 import gc
 import mmap
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -151,15 +152,51 @@ def _read_tables(path: Path, options: ReadOptions, cpu_ops: bool) -> list[RankTr
         sel = _Selection(trace, options, cpu_ops)
         sel.feed(trace.traceEvents)
         trace.traceEvents = []
-        meta = _rank_meta(path, sel.header, options, sel.not_complete)
-        tables = sel.tables(_text_times, meta.rank)
-    else:
-        del data
-        meta = _rank_meta(path, sel.header, options, sel.not_complete)
-        tables = sel.tables(_number_times, meta.rank)
-        if tables is None:  # a float timestamp past 2^43 µs: needs the raw text
-            return read_tables_exact(path, options, cpu_ops)
-    return [_rank_trace(path, meta, tables)]
+        return _traces(path, sel, options, _text_times)  # type: ignore[return-value]
+    del data
+    got = _traces(path, sel, options, _number_times)
+    if got is None:  # a float timestamp past 2^43 µs: needs the raw text
+        return read_tables_exact(path, options, cpu_ops)
+    return got
+
+
+def _traces(path: Path, sel: _Selection, options: ReadOptions, times: Any) -> list[RankTrace] | None:
+    """The selection's rank, or each rank of a merged multi-rank file (every event carries ``args.rank``, as
+    TraceLens' trace fusion writes them): one rank per merged rank, never one rank summing several GPUs. None: a
+    timestamp needs the text path."""
+    meta = _rank_meta(path, sel.header, options, sel.not_complete)
+    merged = sel.merged_ranks()
+    if not merged:
+        tables = sel.tables(times, meta.rank)
+        if tables is None:
+            return None
+        many = _processes(sel)
+        if many:  # several processes' GPUs and no per-event rank to split them by: said, never silently summed
+            meta = replace(meta, warnings=(*meta.warnings, f"{path.name}: holds the GPU work of {many[0]} processes "
+                                           f"on {many[1]} devices but names no rank per event (TraceLens' fusion writes "
+                                           "args.rank); read as one rank: pass each rank's own file instead"))
+        return [_rank_trace(path, meta, tables)]
+    out = []
+    for r, part in sel.split(merged).items():
+        tables = part.tables(times, r)
+        if tables is None:
+            return None
+        part = replace(meta, rank=r, rank_source="merged file (args.rank)", world_size=meta.world_size or len(merged),
+                       warnings=meta.warnings if r == merged[0] else ())
+        out.append(_rank_trace(path, part, tables))
+    out[0] = replace(out[0], meta=replace(out[0].meta, warnings=(*out[0].meta.warnings, (
+        f"{path.name}: one file holds {len(merged)} ranks' work (a merged trace: each event names its rank); "
+        f"read as ranks {merged[0]}-{merged[-1]}, one per rank"))))
+    return out
+
+
+def _processes(sel: _Selection) -> tuple[int, int] | None:
+    """(processes, devices) where a file's launches come from several processes onto several devices; else None."""
+    devices = {(e.args.device if e.args is not None and e.args.device is not None else e.pid) for e in sel.gpu}
+    if len(devices) < 2:
+        return None
+    pids = {e.pid for e in sel.cpu if e.cat in ("cuda_runtime", "cuda_driver", "Runtime")}
+    return (len(pids), len(devices)) if len(pids) > 1 else None
 
 
 def read_tables_exact(path: Path, options: ReadOptions, cpu_ops: bool = True) -> list[RankTrace]:
@@ -169,8 +206,7 @@ def read_tables_exact(path: Path, options: ReadOptions, cpu_ops: bool = True) ->
     trace = _decode_with(_DECODER, data, path)
     sel = _Selection(trace, options, cpu_ops)
     sel.feed(trace.traceEvents)
-    meta = _rank_meta(path, trace, options, sel.not_complete)
-    return [_rank_trace(path, meta, sel.tables(_text_times, meta.rank))]
+    return _traces(path, sel, options, _text_times)  # type: ignore[return-value]
 
 
 def _rank_trace(path: Path, meta: RankMeta, tables: Any) -> RankTrace:

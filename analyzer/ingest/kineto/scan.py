@@ -18,6 +18,7 @@ from array import array
 
 import msgspec
 
+from ...comm_catalogue import launcher_literals
 from ...rules import STEP_PREFIX
 from ..options import ReadOptions
 from .events import _EVENT, Buffer, _Event, _Header, _Selection
@@ -27,7 +28,8 @@ from .tables import _CPU_CATS, _GPU_CATS
 # after the GPU events. GPU-side annotations are read only as step markers, so the ``ProfilerStep#``
 # name finds them: by category they are ~2% of a real capture's events, nearly all other ranges.
 _SCAN_CATS = (*_GPU_CATS, *(c for c, kind in _CPU_CATS.items() if kind == "annotation"))
-_SCAN_NAMES = (b"record_param_comms", STEP_PREFIX.encode())  # cpu_op events some table reads, by name
+# cpu_op events some table reads, by name: collective calls, steps, the comm catalogue's launcher ops
+_SCAN_NAMES = (b"record_param_comms", STEP_PREFIX.encode(), *launcher_literals())
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*')
 # an event's end: '}' then the next event's '{' or the array's ']' (a '}, ' inside a kernel name such as
 # ``{lambda(float)#1}, std::array`` is not followed by '{', so it rarely sends a hit to ``_object_around``)

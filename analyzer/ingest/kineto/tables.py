@@ -10,9 +10,9 @@ from typing import Any
 import msgspec
 import polars as pl
 
-from ...model import COMM_CALL_SCHEMA, CPU_SCHEMA, GPU_SCHEMA, STEP_SCHEMA, conform
+from ...comm_catalogue import gpu_kind, launcher_op, op_from_collective_name
+from ...model import COMM_CALL_SCHEMA, CPU_SCHEMA, GPU_OPTIONAL, GPU_SCHEMA, STEP_SCHEMA, conform
 from ...rules import DIRECTED_P2P_OPS
-from ...timeline import gpu_kind, op_from_collective_name
 from .timestamps import us_numbers_to_ns, us_text_to_ns
 
 
@@ -38,6 +38,9 @@ class _Args(msgspec.Struct, gc=False):
     rank_arg: Any = msgspec.field(default=None, name="Rank")
     in_split: Any = msgspec.field(default=None, name="In split size")
     out_split: Any = msgspec.field(default=None, name="Out split size")
+    nbytes: Any = msgspec.field(default=None, name="bytes")  # a copy's size (gpu_memcpy)
+    # the rank a merged multi-rank file gives each event (TraceLens TraceFusion writes args.rank)
+    merged_rank: Any = msgspec.field(default=None, name="rank")
 
 
 # Kineto categories (and the capitalised ones of very old traces) -> raw GPU category.
@@ -143,9 +146,13 @@ def _canonical(df: pl.DataFrame, table: str, rank: int) -> pl.DataFrame:
             (computed[n] if n in computed else pl.col(n)).cast(t, strict=False).alias(n)
             if n in computed or n in df.columns else pl.lit(None, dtype=t).alias(n)
             for n, t in schema.items()
-        ]
+        ] + [pl.col(n).cast(t, strict=False) for n, t in _OPTIONAL.get(table, {}).items() if n in df.columns]
     at = list(_TABLES[table][0]).index("rank")
     return df.select([*cols[:at], pl.lit(rank, dtype=pl.Int32).alias("rank"), *cols[at + 1 :]]).sort("start_ns")
+
+
+_OPTIONAL = {"gpu": GPU_OPTIONAL}  # kept where the frame has them (a rank's copy sizes: ``_gpu_table``)
+_PEER_COPY = "Memcpy PtoP"  # CUPTI's peer-to-peer copy kind, as Kineto names it: communication with a size
 
 
 def _gpu_table(sel: list[Any], rank: int, span: Span) -> pl.DataFrame:
@@ -154,6 +161,9 @@ def _gpu_table(sel: list[Any], rank: int, span: Span) -> pl.DataFrame:
     # no valid ts/dur: null start/end, which the loader drops and counts (one rule for every format)
     start, end = span
     args = [e.args or _NO_ARGS for e in sel]
+    # copy sizes only where the rank has peer copies: what the copy engine moved between GPUs (a job without
+    # them carries no extra column)
+    sized = any(type(e.name) is str and e.name.startswith(_PEER_COPY) for e in sel)
     df = pl.DataFrame(
         {
             "device": _int_series([a.device if a.device is not None else e.pid for a, e in zip(args, sel)]),
@@ -164,6 +174,7 @@ def _gpu_table(sel: list[Any], rank: int, span: Span) -> pl.DataFrame:
             "name": pl.Series([e.name if type(e.name) is str and e.name else None for e in sel], dtype=pl.Utf8),
             "cat": pl.Series([_GPU_CATS[e.cat] for e in sel], dtype=pl.Utf8),
             "correlation": _int_series([a.correlation for a in args]),
+            **({"bytes": _int_series([a.nbytes if type(a.nbytes) is int else None for a in args])} if sized else {}),
         }
     )
     return _canonical(df, "gpu", rank)
@@ -215,6 +226,7 @@ def _numbers_text(value: str) -> str | None:
 
 
 _op = functools.lru_cache(maxsize=256)(op_from_collective_name)  # a rank repeats a few collective names
+_launcher_op = functools.lru_cache(maxsize=256)(launcher_op)
 
 
 def _as_int(value: Any) -> int | None:
@@ -230,9 +242,16 @@ def _comm_calls(sel: list[Any], rank: int, span: Span) -> pl.DataFrame:
     start, end = span  # a missing duration is read as 0 (``_FILLED_END``)
     rows: dict[str, list[Any]] = {k: [] for k in ("op", "pg", "pg_desc", "dtype", "in_bytes", "out_bytes",
                                                   "group_size", "group_ranks", "peer", "peer_group_rank",
-                                                  "in_splits", "out_splits")}
+                                                  "in_splits", "out_splits", "launcher")}
     for e in sel:
+        if e.name != "record_param_comms":  # a catalogue launcher (``events._Selection.feed``): its name and op
+            for v in rows.values():
+                v.append(None)
+            rows["launcher"][-1] = str(e.name)
+            rows["op"][-1] = _launcher_op(str(e.name))
+            continue
         a = e.args
+        rows["launcher"].append(None)
         size = dtype_size(a.dtype)
         n_in, n_out = _as_int(a.in_nelems), _as_int(a.out_nelems)
         rows["op"].append(_op(str(a.collective)) if a.collective else None)

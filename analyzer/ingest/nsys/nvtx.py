@@ -18,9 +18,9 @@ from typing import Any
 import polars as pl
 
 from ... import patterns
+from ...comm_catalogue import op_from_collective_name
 from ...model import COMM_CALL_SCHEMA, STEP_SCHEMA
 from ...rules import DIRECTED_P2P_OPS, NVTX_STEP_MARKER, STEP_PREFIX
-from ...timeline import op_from_collective_name
 from .schema import NVTX_DOMAIN_CREATE, NVTX_RANGE_TYPES, Schema, col, fetch, pid_of, tid_of
 
 DEFAULT_STEP_MARKER = NVTX_STEP_MARKER  # unanchored: see rules.py

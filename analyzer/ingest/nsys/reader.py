@@ -17,9 +17,9 @@ from pathlib import Path
 
 import polars as pl
 
+from ...comm_catalogue import gpu_kind
 from ...errors import TraceError
 from ...model import COMM_CALL_SCHEMA, CPU_SCHEMA, GPU_SCHEMA, STEP_SCHEMA, RankMeta, RankTrace, conform, empty
-from ...timeline import gpu_kind
 from ..options import ReadOptions
 from . import nvtx as nsys_nvtx
 from .schema import (
@@ -59,6 +59,7 @@ _GPU_RAW: dict[str, pl.DataType] = {
     "a": pl.Int64,
     "b": pl.Int64,
     "c": pl.Int64,
+    "bytes": pl.Int64,  # a copy's size (memcpy only)
 }
 _RUNTIME_RAW: dict[str, pl.DataType] = {
     "start_ns": pl.Int64,
@@ -247,7 +248,9 @@ def _trace(meta: RankMeta, gpu: pl.DataFrame, runtime: pl.DataFrame | None, rang
 
     # Fixed row order: numeric keys, then the export's own row order (a stable sort). Sorting on the
     # name too would row-encode every string (~10x slower on 500 k rows) for ties that do not occur.
-    gpu = conform(gpu.with_columns(rank), GPU_SCHEMA)
+    # Copy sizes only where the rank has peer copies (communication on the copy engine), as the Kineto reader.
+    peer = gpu.select(pl.col("name").str.starts_with(_PEER_COPY).any()).item()
+    gpu = conform(gpu.with_columns(rank), GPU_SCHEMA, {"bytes": pl.Int64} if peer else None)
     return RankTrace(
         meta=meta,
         gpu=gpu.sort("start_ns", "device", "stream", "end_ns", nulls_last=True, maintain_order=True),
@@ -285,7 +288,8 @@ def _gpu(conn: sqlite3.Connection, schema: Schema, warnings: list[str]) -> pl.Da
             f'SELECT t.start, t."end", {col(schema, table, "deviceId", "device", "t.")}, '
             f'{col(schema, table, "streamId", "stream", "t.")}, '
             f'{col(schema, table, "correlationId", "correlation", "t.")}, '
-            f'{col(schema, table, "globalPid", "gpid", "t.")}, NULL AS name, {extra} '
+            f'{col(schema, table, "globalPid", "gpid", "t.")}, NULL AS name, {extra}, '
+            f'{col(schema, table, "bytes", "bytes", "t.") if table == "CUPTI_ACTIVITY_KIND_MEMCPY" else "NULL AS bytes"} '
             f'FROM "{table}" t WHERE t.start IS NOT NULL AND t."end" IS NOT NULL'
         )
         raw = fetch(conn, sql, _GPU_RAW)
@@ -304,6 +308,9 @@ def _gpu(conn: sqlite3.Connection, schema: Schema, warnings: list[str]) -> pl.Da
         return pl.DataFrame(schema={**GPU_SCHEMA, "pid": pl.Int64}).drop("rank")
     gpu = pl.concat(frames).with_columns(pl.col("device").fill_null(0), pid_of(pl.col("gpid")).alias("pid"))
     return gpu.drop("gpid", "a", "b", "c")
+
+
+_PEER_COPY = "Memcpy PtoP"  # copyKind 10 (schema.MEMCPY_KIND), named as Kineto names it
 
 
 def _label(expr: pl.Expr, mapping: dict[int, str]) -> pl.Expr:

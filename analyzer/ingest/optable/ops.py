@@ -14,14 +14,14 @@ each of the four p2p op types on a stream of its own (the artifact chains each s
 send+recv is two operations), the params all-gathers and grads reduce-scatters on one stream, the other
 collectives (the step's closing chain: layernorm, embedding, separate grads all-reduce, clip) on another.
 What waits for what across streams is :mod:`.optable_deps`.
-The collective operation names are canonicalized by ``timeline.op_from_collective_name`` (the one rule).
+The collective operation names are canonicalized by ``comm_catalogue.op_from_collective_name`` (the one rule).
 """
 
 from __future__ import annotations
 
 import polars as pl
 
-from ...timeline import op_from_collective_name
+from ...comm_catalogue import op_from_collective_name
 
 STREAM_COMPUTE = 0
 STREAM_FWD_SEND, STREAM_FWD_RECV, STREAM_BWD_SEND, STREAM_BWD_RECV = 1, 2, 3, 4
