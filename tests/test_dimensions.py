@@ -164,9 +164,10 @@ def test_shared_hybrid_mesh_gets_sensible_dimensions() -> None:
     got = {tuple(g["ranks"]): (g["dimension"], g["dimension_source"]) for g in rep["process_groups"]}
     assert got == {(0, 1, 2, 3): ("world", "desc"), (0, 1): ("tp", "geometry"), (2, 3): ("tp", "geometry"),
                    (0, 2): ("dp", "geometry"), (1, 3): ("dp", "geometry")}
-    # its send/recv between 0<->2 and 1<->3 are matched pairs counted under pp
+    # its send/recv between 0<->2 and 1<->3 are matched pairs inside the dp groups: no pipeline, so dp, not pp
+    # (issue #40: send/recv is pp only between pipeline stages)
     assert rep["matching"]["p2p_pairs"] == 16 and rep["matching"]["p2p_unmatched_kernels"] == 0
-    assert {d["dimension"] for d in rep["dimensions"]} == {"tp", "dp", "pp", "world"}
+    assert {d["dimension"] for d in rep["dimensions"]} == {"tp", "dp", "world"}
 
 
 def test_dashboard_dimension_section_shows_the_report_numbers(tmp_path: Path) -> None:
