@@ -19,8 +19,8 @@ from pathlib import Path
 
 import polars as pl
 
-from .patterns import check as check_regex
 from .errors import UsageError
+from .patterns import check as check_regex
 from .rules import REPORT_OPS
 
 if sys.version_info >= (3, 11):
