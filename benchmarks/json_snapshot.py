@@ -22,7 +22,9 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared" / "traces"
+# ../shared/traces beside the checkout (or beside the folder of worktrees a checkout sits in)
+SHARED = next((p / "shared" / "traces" for p in ROOT.parents[:2] if (p / "shared" / "traces").is_dir()),
+              ROOT.parent / "shared" / "traces")
 _RANK = re.compile(r"rank[-_]?\d+")
 # fields that name where or when the run happened, not what it measured
 _VOLATILE = {"generated_at", "elapsed_s", "cache_dir", "path", "paths", "file", "files", "source_file",

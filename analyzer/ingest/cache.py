@@ -33,8 +33,9 @@ from .options import ReadOptions
 
 # bump when a reader's tables change: old entries are then ignored (7: p2p peers and split sizes, launches
 # of GPU work only, Nsight NCCL/step ranges only, impossible GPU times left for the loader to count;
-# 8: long process-group member lists stored once in the cache dir, manifests refer to them; packs)
-PARSER_VERSION = "8"
+# 8: long process-group member lists stored once in the cache dir, manifests refer to them; packs;
+# 9: the runtime calls that block the host on the GPU kept beside the launches)
+PARSER_VERSION = "9"
 _TABLES = ("gpu", "cpu", "comm_calls", "steps")
 GROUPS_DIR = "groups"  # beside the entries: member lists by content hash, shared by every rank that lists them
 _INLINE_MEMBERS = 64  # shorter member lists stay in the manifest

@@ -153,7 +153,7 @@ def analyze(g: Graph, steps: pl.DataFrame, rl: Roles, dims: dict[str, str] | Non
     sch = sch or replay.schedule(arr)
     idl = ideal_study(g) if study else ideal(g, rl)
     host = not study
-    nodes = g.nodes.select("node", "rank", "kind", "name", "op", "pg", "inst")
+    nodes = g.events.select("node", "rank", "kind", "name", "op", "pg", "inst")
     rank = nodes["rank"].to_numpy().astype(np.int64)
     excess = -(idl.ddur + idl.dgap)
 
@@ -165,7 +165,7 @@ def analyze(g: Graph, steps: pl.DataFrame, rl: Roles, dims: dict[str, str] | Non
         ("", "replay_no_host", no_host),
         ("", "ideal_no_host", idl.whole(False)),
     ]
-    node_step = g.nodes["step"].fill_null(-1).to_numpy()
+    node_step = g.events["step"].fill_null(-1).to_numpy()
     # only groups whose put-back can matter are replayed (each is a replay of the whole job)
     floor = MIN_BOUND_SHARE * float(_step_times(seg.table["step"].to_numpy(),
                                                 seg.table["span_ns"].to_numpy().astype(np.float64)).mean())

@@ -117,30 +117,19 @@ class Ideal:
 def ideal(g: Graph, rl: Roles) -> Ideal:
     """The ideal run's changes to durations, gaps and transfers (see the module doc)."""
     # a rank's first operation is its own role: its gap is measured from the job's start, not from a predecessor;
-    # (role, name, occurrence, first) is one int64 key per operation (numpy: polars' group-by over the four
-    # columns, its sorted lists and the join back cost 1.5 s of CPU on the 484 MB Nsight export's million operations)
-    n = g.nodes.select(
+    # (role, step, name, occurrence, first) is one int64 key per operation: an operation's peers are the ranks of its
+    # role in the same step (steps that differ by design, variable sequence lengths, stay different), and each
+    # (rank, key) holds one operation (numpy: polars' group-by over the columns and the join back cost 1.5 s of CPU
+    # on the 484 MB Nsight export's million operations)
+    n = g.events.select(
         "rank", pl.col("kind").is_in(WORK_KINDS).fill_null(False).alias("_work"),
-        pl.col("name").cast(pl.Categorical).to_physical(), "occurrence", pl.col("bind_pred").is_null().alias("_first"),
-        pl.col("dur_ns").cast(pl.Float64), pl.col("gap_ns").cast(pl.Float64).clip(lower_bound=0),
+        pl.col("name").cast(pl.Categorical).to_physical(), "step", "occurrence",
+        pl.col("bind_pred").is_null().alias("_first"), pl.col("dur_ns").cast(pl.Float64),
+        pl.col("gap_ns").cast(pl.Float64).clip(lower_bound=0),
         pl.col("rank").replace_strict(rl.role, default=-1, return_dtype=pl.Int64).alias("_role"))
-    key = _key([n[c] for c in ("_role", "name", "occurrence", "_first")])
+    key = _key([n[c] for c in ("_role", "step", "name", "occurrence", "_first")])
     dur, gap = n["dur_ns"].to_numpy(), n["gap_ns"].to_numpy()  # null: NaN (the columns come from integers)
-    role = n["_role"].to_numpy()
-    if g.nodes.select("rank", "step").unique().height == n["rank"].n_unique():
-        # one step per rank (or none): an occurrence numbers a name's operations within the rank's step, so every
-        # (rank, key) holds one operation and its median is its value
-        typ_d, typ_g, group_of = _typical(key, role, dur, gap, rl, n["rank"])
-    else:
-        per_rank = pl.DataFrame({"rank": n["rank"], "_k": key, "_role": role, "_d": n["dur_ns"], "_g": n["gap_ns"]}
-                                ).group_by("rank", "_k").agg(pl.col("_role").first(), pl.col("_d").median(),
-                                                             pl.col("_g").median())
-        pk = per_rank["_k"].to_numpy()
-        typ_d, typ_g, group_p = _typical(pk, per_rank["_role"].to_numpy(), per_rank["_d"].to_numpy(),
-                                      per_rank["_g"].to_numpy(), rl, n["rank"])
-        groups = np.empty(typ_d.size, dtype=np.int64)
-        groups[group_p] = pk  # each group's key, ascending (group_p: each per-rank row's group)
-        group_of = np.searchsorted(groups, key)
+    typ_d, typ_g, group_of = _typical(key, n["_role"].to_numpy(), dur, gap, rl, n["rank"])
     td, tg = typ_d[group_of], typ_g[group_of]
     with np.errstate(invalid="ignore"):  # NaN where a value is null: 0.0 below, as polars' fill_null
         dd = np.where(n["_work"].to_numpy(), np.minimum(np.where(np.isnan(td), dur, td), dur) - dur, 0.0)
@@ -211,7 +200,7 @@ def ideal_study(g: Graph) -> Ideal:
     """The published study's ideal (What-if, OSDI'25): every operation of an op type at the mean duration of
     that type over all ranks, stages and steps (communication: the median transfer), host gaps removed; not
     bounded by the measured values."""
-    n = g.nodes.select("kind", "name", pl.col("dur_ns").cast(pl.Float64), pl.col("gap_ns").cast(pl.Float64)
+    n = g.events.select("kind", "name", pl.col("dur_ns").cast(pl.Float64), pl.col("gap_ns").cast(pl.Float64)
                        .clip(lower_bound=0), pl.col("inst").is_not_null().alias("_m"))
     dd = n.select(pl.when(~pl.col("_m")).then(
         pl.when(pl.col("kind") == "comm").then(pl.col("dur_ns").median().over("name", "_m"))

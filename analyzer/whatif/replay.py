@@ -42,6 +42,7 @@ import numpy as np
 import polars as pl
 
 from ..crossrank.graph import Graph
+from ..crossrank.host import NO_BIND
 from ..rules import P2P_OPS
 
 LIST_WIDTH = 4  # successors / ends per key kept in a padded table; longer lists are read as ranges
@@ -65,7 +66,7 @@ class Schedule:
     forced: int  # kernel ends processed before all participants arrived (inconsistent matches)
     s_off: np.ndarray  # (waves+1) start-event slice of each wave
     x_s: np.ndarray  # node of each start event
-    rb: np.ndarray  # root of its binding predecessor (n: none, reads 0)
+    rb: np.ndarray  # root of its binding predecessor (n: the job's start, reads 0; n+1: none, reads -inf)
     bpx: np.ndarray  # its binding predecessor (n: none)
     rs: np.ndarray  # root of its stream predecessor (n+1: none, reads -inf)
     spx: np.ndarray  # its stream predecessor (n+1: none)
@@ -140,14 +141,15 @@ class Arrays:
     def of(cls, g: Graph, eager: bool = True) -> Arrays:
         """``eager`` False: a send/recv pair always ends together, even where the send finished before its
         receiver started (the What-if study's model)."""
-        n = g.nodes
+        n = g.events
 
         def col(name: str, fill: int = -1) -> np.ndarray:
             return n[name].fill_null(fill).to_numpy().astype(np.int64)
 
         bp, sp, inst, start = col("bind_pred"), col("stream_pred"), col("inst"), col("start_ns")
-        deps = g.deps if g.deps is not None else pl.DataFrame(schema={"src": pl.Int64, "dst": pl.Int64,
-                                                                      "slack_ns": pl.Int64})
+        deps = g.replay_deps
+        if deps is None:
+            deps = pl.DataFrame(schema={"src": pl.Int64, "dst": pl.Int64, "slack_ns": pl.Int64})
         d_src, d_dst = deps["src"].to_numpy().astype(np.int64), deps["dst"].to_numpy().astype(np.int64)
         has_dep = np.zeros(bp.size, dtype=bool)
         has_dep[d_dst] = True
@@ -397,7 +399,7 @@ def schedule(a: Arrays, compiled: bool | None = None) -> Schedule:
     xg_w = x_w[xg_at]
     return Schedule(
         n_waves=nw, forced=forced, s_off=np.searchsorted(w_s, np.arange(nw + 1)), x_s=x_s,
-        rb=np.where(bp >= 0, a.root[np.maximum(bp, 0)], n), bpx=np.where(bp >= 0, bp, n),
+        rb=np.where(bp >= 0, a.root[np.maximum(bp, 0)], np.where(bp == NO_BIND, n + 1, n)), bpx=np.where(bp >= 0, bp, n),
         rs=np.where(sp >= 0, a.root[np.maximum(sp, 0)], n + 1), spx=np.where(sp >= 0, sp, n + 1),
         a_off=a_off, a_pos=a_pos, a_wait=a_wait, g_off=np.searchsorted(g_w, np.arange(nw + 1)),
         g_first=g_at - a_off[g_w], g_inst=a_inst[g_at],

@@ -94,7 +94,7 @@ def analyze(g: Graph, steps: pl.DataFrame, straggler: tuple[int, str] | None = N
     arr, sch, seg = got
     # the columns the scenarios read, names as integer codes: grouping a million kernel names by their
     # text cost 0.5 s and 0.4 GB on the 484 MB Nsight export, by code a fraction of that
-    nodes = g.nodes.select("node", "rank", "kind", pl.col("name").cast(pl.Categorical).to_physical(), "step",
+    nodes = g.events.select("node", "rank", "kind", pl.col("name").cast(pl.Categorical).to_physical(), "step",
                            "occurrence", "dur_ns", "gap_ns", "inst", "pg")
     rank_arr = nodes["rank"].to_numpy()
     # (keyed where the counterfactual replays the same changes: replayed once, see replay.Keyed)

@@ -216,7 +216,7 @@ def _lead_rows(a: Arrays, sch: Schedule) -> tuple[np.ndarray, ...]:
     """Δe is kept for the operations with events only, a row each by position in ``a.lead`` (rows L and L+1: no
     predecessor, reading 0 and -inf): the schedule's nodes as such rows, once per schedule; and the ends' durations."""
     n, lead = a.rank.size, a.lead
-    rb = np.where(sch.rb < n, np.searchsorted(lead, sch.rb), lead.size)
+    rb = np.where(sch.rb < n, np.searchsorted(lead, sch.rb), np.where(sch.rb == n + 1, lead.size + 1, lead.size))
     rs = np.where(sch.rs < n, np.searchsorted(lead, sch.rs), lead.size + 1)
     return (rb, rs, *(np.searchsorted(lead, v) for v in (sch.x_s, sch.x_e, sch.x_root)),
             a.dur[sch.x_e].astype(np.float64))

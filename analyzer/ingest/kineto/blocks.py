@@ -22,7 +22,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from ...rules import STEP_PREFIX
+from ...rules import HOST_SYNC_NAME, STEP_PREFIX
 from ..options import ReadOptions
 from . import json_depth
 from .events import _CHUNK_EVENTS, _EVENT, Buffer, _Event, _Header, _Selection
@@ -35,7 +35,8 @@ _LONG = 19  # digits from which a correlation may not fit int64: such a block is
 
 def _hit_regex(cats: tuple[str, ...]) -> str:
     alts = "|".join(re.escape(c) for c in sorted(set(cats), key=len, reverse=True))
-    return rf'"cat"\s*:\s*"(?:{alts})"|record_param_comms|{STEP_PREFIX}'
+    # (and the runtime calls that block the host, by name: their correlation is on no GPU event)
+    return rf'"cat"\s*:\s*"(?:{alts})"|record_param_comms|{STEP_PREFIX}|{HOST_SYNC_NAME.decode()}'
 
 
 _HITS = _hit_regex(_SCAN_CATS)
