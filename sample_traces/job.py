@@ -29,6 +29,7 @@ SLOT_NS = 10_000  # host time one kernel launch takes (aten op around the runtim
 COMM_SLOT_NS = 20_000  # host time one collective call takes (c10d op, record_param_comms, wait)
 MARGIN_NS = 10_000
 SYNC_TAIL_NS = 5_000  # cudaDeviceSynchronize returns this long after the rank's last GPU op
+LAUNCH_LATENCY_NS = 2_000  # a launch's return -> its kernel's start, where the GPU waited for the launch
 
 # op -> ("Collective name" as PyTorch records it, c10d op, NCCL annotation, kernel name stem)
 _OP_INFO = {
@@ -627,7 +628,20 @@ def _emit_comm_call(rk: _Rank, sc: Scenario, ln: _Launch, t: int) -> None:
 
 
 def _emit_cpu_step(rk: _Rank, sc: Scenario, step: int) -> None:
-    """Host side of one step: launches in GPU order (all before their GPU work), noise, then a sync."""
+    """Host side of one step: launches in GPU order, noise, then a sync. The host starts the step as late as it
+    can with every launch returning before its GPU work starts, so the step's first GPU operation starts
+    ``LAUNCH_LATENCY_NS`` after its launch returns (the GPU waited for its host, as in a real step) and the rest
+    were launched ahead of their GPU work."""
+    t, latest = MARGIN_NS // 2, None
+    for ln in rk.launches:  # each launch's return, from the step's host start
+        if ln.kind == "comm" and ln.meta is None:
+            continue
+        ret = t + (9_000 if ln.kind == "comm" else 7_000)
+        room = ln.gpu.ts - LAUNCH_LATENCY_NS - ret
+        latest = room if latest is None else min(latest, room)
+        t += COMM_SLOT_NS if ln.kind == "comm" else SLOT_NS
+    if latest is not None:
+        rk.cpu_start = latest
     t = rk.cpu_start + MARGIN_NS // 2
     for ln in rk.launches:
         corr = ln.gpu.args["correlation"]
@@ -650,7 +664,7 @@ def _emit_cpu_step(rk: _Rank, sc: Scenario, step: int) -> None:
             rk.flow("s", rk.pid, rk.main_tid, t + 3_000, corr)
             t += SLOT_NS
         rk.flow("f", ln.gpu.pid, ln.gpu.tid, ln.gpu.ts, corr)
-    assert rk.step_gpu and t <= min(e.ts for e in rk.step_gpu) - MARGIN_NS // 2, "launches precede GPU work"
+    assert rk.step_gpu, "a step has GPU work"
     gpu_first = min(e.ts for e in rk.step_gpu)
     gpu_end = max(e.ts + e.dur for e in rk.step_gpu)
     sync_from = _noise(rk, sc, t, gpu_end) if sc.python_noise else t

@@ -5,6 +5,7 @@ measured run to its ideal, in commscope's model (:func:`ideal`) and in the publi
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -214,7 +215,8 @@ def ideal_study(g: Graph) -> Ideal:
 
 
 def declared(g: Graph) -> Graph:
-    """The graph as the What-if study models it, where the trace says what each op waits for (op tables): an
+    """The graph where the trace says what each op waits for (op tables), as the What-if study models it and as
+    commscope's replay reads it too (the op tables' own dependency record, as the host chains are Kineto's): an
     op's binding predecessor is the one of its declared dependencies that ended last (the gap after it is the
     study's launch delay), and the others are dependencies the replay waits for (``Graph.deps``). Ops with
     none declared keep theirs."""
@@ -231,7 +233,7 @@ def declared(g: Graph) -> Graph:
                                           & (pl.col("src") != pl.col("stream_pred")).fill_null(True))
     deps = extra.select("src", "dst", pl.max_horizontal(pl.col("start_ns") - pl.col("src_end_ns"), pl.lit(0))
                         .alias("slack_ns")).sort("dst", "src")
-    return Graph(nodes=n, instances=g.instances, edges=g.edges, declared=g.declared, deps=deps)
+    return dataclasses.replace(g, nodes=n, deps=deps)
 
 
 def steps_apart(g: Graph) -> Graph:
@@ -255,7 +257,7 @@ def steps_apart(g: Graph) -> Graph:
     deps = g.deps
     if deps is not None:  # a dependency on an op of an earlier step is cut like the predecessors
         deps = deps.filter(pl.Series(step.gather(deps["src"]) == step.gather(deps["dst"])).fill_null(False))
-    return Graph(nodes=n, instances=g.instances, edges=g.edges, declared=g.declared, deps=deps)
+    return dataclasses.replace(g, nodes=n, deps=deps)
 
 
 def study_steps(g: Graph) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
