@@ -177,6 +177,8 @@ def _sync_deps(h: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
 
 
 NO_BIND = -2  # ``bind_pred`` of an event with no binding predecessor at all (null: the job's start, reading 0)
+UNEXPLAINED_NS = 1_000_000  # a start this much later than its last dependency's release is a wait the traces do not
+# show (a time slice of another process on a shared GPU is ~1-2 ms; a launch or an event is a few us late)
 
 
 def events(nodes: pl.DataFrame, host: pl.DataFrame | None, deps: pl.DataFrame | None) -> pl.DataFrame:
@@ -190,9 +192,17 @@ def events(nodes: pl.DataFrame, host: pl.DataFrame | None, deps: pl.DataFrame | 
     n = nodes.height
     launched = deps.filter((pl.col("src") >= n) & (pl.col("dst") < n))["dst"].unique() if deps is not None \
         else pl.Series([], dtype=pl.Int64)
+    # an operation that started well after everything the traces say it waits for (a GPU time-shared with other
+    # processes, or saturated by them under MPS; work the traces do not show) keeps that wait: it binds to the
+    # GPU operation that ended last before it, with the measured gap, as where the host is not recorded
+    slack = pl.concat([deps.filter(pl.col("dst") < n).select(pl.col("dst").alias("node"), "slack_ns"),
+                       nodes.filter(pl.col("stream_pred").is_not_null()).select("node", "slack_ns")])
+    late = slack.group_by("node").agg(pl.col("slack_ns").min()).filter(pl.col("slack_ns") > UNEXPLAINED_NS)["node"]
+    launched = launched.filter(~launched.is_in(late.implode()))
     is_launched = pl.col("node").is_in(launched.implode())
     gpu = nodes.with_columns(pl.when(is_launched).then(pl.lit(NO_BIND, pl.Int64)).otherwise("bind_pred").alias("bind_pred"),
-                             pl.when(is_launched).then(pl.lit(0, pl.Int64)).otherwise("gap_ns").alias("gap_ns"))
+                             pl.when(is_launched).then(pl.lit(0, pl.Int64)).otherwise("gap_ns").alias("gap_ns"),
+                             pl.col("node").is_in(late.implode()).alias("unexplained"))
     hosts = host.select(
         (pl.col("hnode") + n).alias("node"), "rank", pl.lit(None, pl.Int64).alias("stream"), pl.lit("host").alias("kind"),
         "name", "start_ns", pl.max_horizontal("end_ns", "start_ns").alias("end_ns"), "dur_ns", "a_start_ns",

@@ -225,9 +225,9 @@ def analyze(g: Graph, steps: pl.DataFrame, rl: Roles, dims: dict[str, str] | Non
         attribution[ax] = df.with_columns(
             (pl.col("step_time_ns") - idl_ns).alias("added_ns"),
             (pl.col("step_time_ns") / idl_ns if idl_ns > 0 else pl.lit(None, pl.Float64)).alias("slowdown"),
-            # (within [0, 1] where the replay is monotone; bounded there, see ``raw_shares``)
-            (((pl.col("step_time_ns") - idl_ns) / gap).clip(0.0, 1.0) if gap > 0 else pl.lit(None, pl.Float64))
-            .alias("share"),
+            # (within [0, 1] where the replay is monotone; commscope's model bounds it there)
+            ((((pl.col("step_time_ns") - idl_ns) / gap).clip(0.0, 1.0) if not study
+              else (pl.col("step_time_ns") - idl_ns) / gap) if gap > 0 else pl.lit(None, pl.Float64)).alias("share"),
         ).sort(["added_ns", "key"], descending=[True, False])
 
     role_of = rl.role
@@ -306,8 +306,10 @@ def analyze(g: Graph, steps: pl.DataFrame, rl: Roles, dims: dict[str, str] | Non
     # shares of the gap to the ideal run: within [0, 1] where the replay is monotone (a fix that makes some
     # operations ideal lands between the measured and the ideal run); outside it, the raw value is kept for the
     # warning and the share reported is the nearest bound
+    # (the published study's model keeps its own definitions, which may leave [0, 1]: ST's M_S is 1.22)
     raw = {"m_w": m_w, "m_s": m_s}
-    m_w, m_s = (None if x is None else min(max(x, 0.0), 1.0) for x in (m_w, m_s))
+    if not study:
+        m_w, m_s = (None if x is None else min(max(x, 0.0), 1.0) for x in (m_w, m_s))
     nh_rep, nh_idl = float(named["replay_no_host"].mean()), float(named["ideal_no_host"].mean())
     if idl_ns > rep_ns:  # not monotone here: S is never below 1 (raw_shares keeps what the replay said)
         raw["slowdown"] = rep_ns / idl_ns
@@ -318,7 +320,7 @@ def analyze(g: Graph, steps: pl.DataFrame, rl: Roles, dims: dict[str, str] | Non
         attribution=attribution, m_w=m_w, m_s=m_s, roots=tuple(roots), bottleneck_stage=neck,
         no_straggler_ns=rep_ns - roots[0].saving_ns if roots else None,
         ideal_changes=idl, steps=int(t_rep.size), workers=workers,
-        raw_shares={k: v for k, v in raw.items() if v is not None and not 0.0 <= v <= 1.0})
+        raw_shares={} if study else {k: v for k, v in raw.items() if v is not None and not 0.0 <= v <= 1.0})
 
 
 def _per_rank(rank: np.ndarray, of: dict[int, int]) -> np.ndarray:

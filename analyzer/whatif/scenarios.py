@@ -32,8 +32,9 @@ import numpy as np
 import polars as pl
 
 from ..crossrank.graph import Graph
+from ..crossrank.host import UNEXPLAINED_NS
 from ..errors import UsageError
-from ..rules import bus_factor_expr
+from ..rules import NS_PER_MS, bus_factor_expr
 from . import counterfactual, replay
 from .expert_balance import expert_changes
 
@@ -53,6 +54,9 @@ class WhatIf:
     ideal_speedup: float | None  # S = replay of the measured run / ideal run (>= 1)
     ranks_replayed: int
     forced_ends: int  # kernel ends replayed before every participant arrived (inconsistent matches)
+    unexplained_ops: int = 0  # launched GPU operations whose late start no recorded dependency explains (kept)
+    unexplained_ns: float = 0.0  # their waits, in all
+    unexplained_rank: int | None = None  # the rank with most of it
 
 
 def parse_specs(specs: tuple[str, ...] | list[str]) -> dict[str, float]:
@@ -169,8 +173,21 @@ def analyze(g: Graph, steps: pl.DataFrame, straggler: tuple[int, str] | None = N
         rank_steps=pl.DataFrame(cell_rows, schema={"rank": pl.Int32, "step": pl.Int64, "saving_ns": pl.Float64}),
         # S against the replay of the measured run (its error cancels), never below 1
         ideal_speedup=max(r_mean / float(ideal_t[0]), 1.0) if ideal_t.len() and ideal_t[0] > 0 else None,
-        ranks_replayed=len(cands), forced_ends=sch.forced,
+        ranks_replayed=len(cands), forced_ends=sch.forced, **_unexplained(g),
     )
+
+
+def _unexplained(g: Graph) -> dict:
+    """The launched GPU operations the replay keeps late as measured (crossrank/host.py ``UNEXPLAINED_NS``)."""
+    ev = g.events
+    if "unexplained" not in ev.columns:
+        return {}
+    late = ev.filter(pl.col("unexplained").fill_null(False)).select("rank", "gap_ns")
+    if late.height == 0:
+        return {}
+    top = late.group_by("rank").agg(pl.col("gap_ns").sum()).sort(["gap_ns", "rank"], descending=[True, False])
+    return {"unexplained_ops": late.height, "unexplained_ns": float(late["gap_ns"].sum()),
+            "unexplained_rank": int(top["rank"][0])}
 
 
 # ----------------------------------------------------------------------------------------- scenarios
@@ -277,6 +294,11 @@ def warnings(w: WhatIf | None) -> list[str]:
         out.append(f"the replay misses the measured step time by more than {ERROR_WARN_PCT:g}% on {n_bad} (rank, step) "
                    f"windows (worst: rank {r['rank']} step {r['step']}, {r['error_pct']:.1f}%): what-if savings are "
                    "approximate there")
+    if w.unexplained_ns > 0:
+        out.append(f"{w.unexplained_ops} GPU operations started more than {UNEXPLAINED_NS / NS_PER_MS:g} ms after "
+                   f"everything the traces say they wait for ({w.unexplained_ns / NS_PER_MS:,.1f} ms in all, most on rank "
+                   f"{w.unexplained_rank}): the GPU was busy with work the traces do not show (another process's time "
+                   "slice on a shared GPU, say); the replay keeps those waits as measured, as it keeps host time")
     if w.forced_ends:
         out.append(f"{w.forced_ends} collective kernel ends were replayed before every participant had arrived "
                    "(inconsistent matching): what-if savings are approximate")
