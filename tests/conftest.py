@@ -15,7 +15,9 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 SAMPLES = ROOT / "sample_traces"
-SHARED = ROOT.parent / "shared" / "traces"
+# ../shared/traces beside the checkout (or beside the folder of worktrees a checkout sits in)
+SHARED = next((p / "shared" / "traces" for p in ROOT.parents[:2] if (p / "shared" / "traces").is_dir()),
+              ROOT.parent / "shared" / "traces")
 
 
 _CACHE_DIRS: list[str] = []

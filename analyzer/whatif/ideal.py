@@ -130,7 +130,22 @@ def ideal(g: Graph, rl: Roles) -> Ideal:
         pl.col("rank").replace_strict(rl.role, default=-1, return_dtype=pl.Int64).alias("_role"))
     key = _key([n[c] for c in ("_role", "step", "name", "occurrence", "_first")])
     dur, gap = n["dur_ns"].to_numpy(), n["gap_ns"].to_numpy()  # null: NaN (the columns come from integers)
-    typ_d, typ_g, group_of = _typical(key, n["_role"].to_numpy(), dur, gap, rl, n["rank"])
+    role = n["_role"].to_numpy()
+    rk = _key([n["rank"], pl.Series(key)])
+    if np.unique(rk).size == rk.size:
+        # an occurrence numbers a name's operations within the rank's step, so every (rank, key) holds one
+        # operation: its value is its rank's
+        typ_d, typ_g, group_of = _typical(key, role, dur, gap, rl, n["rank"])
+    else:  # (a graph whose names or occurrences repeat within a rank's step: each rank's median first)
+        per_rank = pl.DataFrame({"rank": n["rank"], "_k": key, "_role": role, "_d": n["dur_ns"], "_g": n["gap_ns"]}
+                                ).group_by("rank", "_k").agg(pl.col("_role").first(), pl.col("_d").median(),
+                                                             pl.col("_g").median())
+        pk = per_rank["_k"].to_numpy()
+        typ_d, typ_g, group_p = _typical(pk, per_rank["_role"].to_numpy(), per_rank["_d"].to_numpy(),
+                                         per_rank["_g"].to_numpy(), rl, n["rank"])
+        groups = np.empty(typ_d.size, dtype=np.int64)
+        groups[group_p] = pk  # each group's key, ascending (group_p: each per-rank row's group)
+        group_of = np.searchsorted(groups, key)
     td, tg = typ_d[group_of], typ_g[group_of]
     with np.errstate(invalid="ignore"):  # NaN where a value is null: 0.0 below, as polars' fill_null
         dd = np.where(n["_work"].to_numpy(), np.minimum(np.where(np.isnan(td), dur, td), dur) - dur, 0.0)
