@@ -76,7 +76,8 @@ def main(argv: list[str] | None = None) -> int:
             null_ok += got is None
             if got is not None:
                 misses.append(f"seed {seed} balanced -> {got}")
-        print(f"{ranks} ranks (tp {tp}, {a.steps} steps, jitter {a.jitter_us} us{', steps vary' if a.vary else ''}): right rank and kind "
+        vary_said = ", steps vary" if a.vary else ""
+        print(f"{ranks} ranks (tp {tp}, {a.steps} steps, jitter {a.jitter_us} us{vary_said}): right rank and kind "
               f"{ok}/{total}, balanced -> null {null_ok}/{null_total} ({time.perf_counter() - t0:.0f} s)", flush=True)
         if errs:
             print(f"    no_straggler vs the twin without the late rank: max |error| {max(map(abs, errs)):.1f}%, "

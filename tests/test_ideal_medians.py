@@ -1,7 +1,8 @@
 """The ideal run's typical durations and gaps (analyzer/whatif/ideal.py, numpy since issue #33's follow-up) against
 the definition worked out in plain Python: per (role, step, name, occurrence, first) the lower median over the role's
 ranks in that step (peers in the same step: steps that differ by design stay different; with replicas, peers that
-do not run it count as zero), never more than measured; over every replay event, the host's runtime calls too. Real multi-step graphs, each under several role sets, and one with nulls in names, durations and gaps."""
+do not run it count as zero), never more than measured; over every replay event, the host's runtime calls too.
+Real multi-step graphs, each under several role sets, and one with nulls in names, durations and gaps."""
 
 from __future__ import annotations
 
