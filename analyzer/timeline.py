@@ -202,6 +202,7 @@ def gpu_step_windows(steps: pl.DataFrame, gpu: pl.DataFrame, cpu: pl.DataFrame) 
 
 
 MIN_STEP_COVERAGE = 1.0  # any GPU work outside the step windows (other threads, between steps): tile
+MIN_LAUNCH_LINKED = 0.9  # a rank's steps follow its host ranges where this share of its GPU work has its launch
 DEFAULT_STEP_MARKER = STEP_MARKER
 
 
@@ -280,8 +281,12 @@ def fill_sparse_steps(steps: pl.DataFrame, gpu: pl.DataFrame, cpu: pl.DataFrame,
     share = f"{100 * lo:.0f}%" if round(100 * lo) == round(100 * hi) else f"{100 * lo:.0f}-{100 * hi:.0f}%"
     host = host_step_windows(cpu, marker).filter(pl.col("rank").is_in(sparse["rank"].implode()))
     moved = gpu_step_windows(host, gpu, cpu) if host.height else host
-    # a rank whose launches are linked has its windows moved (gpu_step_windows keeps the others' host windows)
-    linked = launches(cpu).filter(pl.col("rank").is_in(sparse["rank"].implode()))["rank"].unique()
+    # a rank whose GPU work is linked to its launches has its windows moved (gpu_step_windows keeps the others'
+    # host windows); a trace that kept few of its runtime calls (a filtered excerpt) is tiled instead
+    work = gpu.filter(pl.col("rank").is_in(sparse["rank"].implode()) & pl.col("kind").is_in(BUSY_KINDS))
+    share = (work.join(launches(cpu).select("rank", "correlation", pl.lit(True).alias("_l")), on=["rank", "correlation"],
+                       how="left").group_by("rank").agg(pl.col("_l").fill_null(False).mean().alias("_share")))
+    linked = share.filter(pl.col("_share") >= MIN_LAUNCH_LINKED)["rank"]
     moved = moved.filter(pl.col("rank").is_in(linked.implode()))
     by_host = moved["rank"].unique().sort().to_list()
     rest = [r for r in sparse["rank"].to_list() if r not in set(by_host)]

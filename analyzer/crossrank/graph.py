@@ -15,6 +15,11 @@ shortest kernel) gates the instance: every participant's kernel ends at (last ar
 ring's hop each kernel is gated by its own peer instead (``waits.per_row``'s ``last_rank``, the one place
 that rule lives): ``gate_node`` is the kernel each one waited for.
 
+The host is in the graph too (crossrank/host.py, ``Graph.host``/``host_deps``/``events``): each rank's threads as
+chains of the runtime calls that launched GPU work or blocked on it, with what ties them to the GPU (a launch, a
+synchronize's return, a cross-stream wait). The replay (whatif/replay.py) places launched operations from those,
+not from the binding predecessor's gap; the rest of the analysis reads the GPU nodes as before.
+
 The graph is also the one place clock offsets are applied (DESIGN: "graph ... the only place offsets are
 applied"): :class:`Clock` holds each rank's rounded offset and puts any table on the reference clock;
 the graph carries it (``Graph.clock``) with the step windows on both clocks (``Graph.steps``), and every

@@ -9,11 +9,12 @@ Computed on the one dependency graph with its replay (replay.py), as in the What
   rank (pure pipeline or tensor parallel): an operation only some ranks run is their own structure, not
   extra work.
 - **Ideal run**: every operation (kernel, memcpy, memset) takes the typical duration of its role's peers
-  for the same operation (the k-th kernel of that name in the step: op, micro-batch slot and layer), and
-  every host gap before an operation the typical gap; never more than measured. "Typical": each rank's
-  median over steps, then the lower median over the role (with two replicas the faster one: a single
-  slow replica must not set the pace of the ideal it is measured against). Transfers take the median of
-  their (op, bytes, group size), never more than measured. The ideal is replayed: T_ideal.
+  for the same operation in the same step (the k-th kernel of that name in the step: op, micro-batch slot and
+  layer), and every host gap (a runtime call's host time before it, crossrank/host.py) the typical gap; never
+  more than measured. "Typical": the lower median over the role's ranks in that step (with two replicas the
+  faster one: a single slow replica must not set the pace of the ideal it is measured against), so steps that
+  differ by design (variable sequence lengths) stay different. Transfers take the median of their (op, bytes,
+  group size), never more than measured. The ideal is replayed with the host in place: T_ideal.
 - **Slowdown** S = T_replay / T_ideal, where T_replay is the replay of the measured run (so the replay's
   own error cancels; it is reported beside S). With host gaps removed in both (launch delays out, as the
   published study reports) it is ``slowdown_no_host``.
@@ -22,13 +23,19 @@ Computed on the one dependency graph with its replay (replay.py), as in the What
   ranks, pipeline stages, DP replicas, dimensions (their communication), op types. Per step too.
 - **M_W** (share explained by individual workers): the part of T_replay − T_ideal removed by making the
   top ceil(3%) ranks ideal in the measured run; **M_S** (stage imbalance): the same for the last pipeline
-  stage (the study's definitions; either can exceed 1).
+  stage (the study's definitions). Step times are the job's interval (windows.py), so where the replay is
+  monotone S >= 1 and every share lies in [0, 1]; commscope's model reports them bounded there (the raw value
+  in a warning); the published study's model keeps its own (ST's M_S is 1.22).
 - **Roots**: a rank whose put-back adds a visible part of the step (``VISIBLE_SHARE``), twice what
   a typical rank's (the upper quartile of the others') does and three times its own replicas' (same role)
   (``EFFECT``, ``PEER_EFFECT``), and more than its own step-to-step
   spread allows by chance (a one-sided t-test over steps of its lift over the typical rank, ``MAX_P``); and
   making the roots ideal together in the measured run saves at least half of what the first one's put-back
-  adds (``SAVING_SHARE``: a rank slower than its peers that other ranks hold back as much is no root).
+  adds (``SAVING_SHARE``: a rank slower than its peers that other ranks hold back as much is no root), and
+  fixing each pays beyond the run's step-to-step noise (its per-step savings reach ``VISIBLE_SHARE`` of the
+  step on average and stand out against their own spread, a one-sided t-test, ``MAX_P``): a pipeline stage
+  slower by design (the last computes the loss) saves little, or in some steps only, and is stage
+  imbalance (M_S), not a straggler. The analysis names a root only where other ranks waited for it.
   A balanced job's put-backs are all alike and small; a pipeline stage's structural waits stay in the
   ideal too, so putting one stage back changes nothing.
 - **Kind**: the root's durations alone against its host gaps alone, put back: compute or host.
@@ -351,6 +358,7 @@ def deciding(c: Counterfactual) -> Counterfactual:
     return c.study if unsound and c.study is not None else c
 
 
+SHARE_SLACK = 0.01  # M_W / M_S this far outside [0, 1] is said in a warning
 STUDY_TOLERANCE = 0.15  # commscope's S without host gaps against the study's S on the same op tables
 STUDY_SAID = 0.05  # from this difference on the report says why they differ
 
@@ -365,12 +373,14 @@ def warnings(c: Counterfactual | None) -> list[str]:
                    "replay is not monotone here (partial or unmatched communication, inconsistent gaps), so S is "
                    "reported as 1 and no root is named"
                    + ("; the verdict is the published study's model's (stragglers.study)" if c.study is not None else ""))
-    bounded = [f"{k.upper()} {v:.2f}" for k, v in c.raw_shares.items() if k in ("m_w", "m_s")]
+    # (a share a rounding away from its bound is no news)
+    bounded = [f"{k.upper()} {v:.2f}" for k, v in c.raw_shares.items() if k in ("m_w", "m_s") and
+               (v < -SHARE_SLACK or v > 1.0 + SHARE_SLACK)]
     if bounded:
         out.append(f"{' and '.join(bounded)} fell outside [0, 1] (making those ranks or that stage ideal moved the "
                    "step by more than the whole gap to the ideal run, or the wrong way: the replay is not monotone "
                    "here); reported at the nearest bound")
-    if c.steps == 1:
+    if c.steps == 1 and c.attribution["by_rank"].height > 1:
         out.append("one profiled step: the verdict and every saving are measured on that step alone; whether a late "
                    "rank is late in every step (chronic) or was late once cannot be told without more steps")
     st = c.study

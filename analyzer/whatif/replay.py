@@ -69,8 +69,9 @@ class Mods:
 
     @classmethod
     def zeros(cls, s: int, n_nodes: int, n_inst: int) -> Mods:
-        return cls(np.zeros((s, n_nodes)), np.zeros((s, n_nodes)), np.zeros((s, n_inst)),
-                   np.zeros((s, n_nodes), dtype=bool))
+        # (S, events) views of event-major buffers: a scenario writes its row, the replay reads whole events
+        return cls(np.zeros((n_nodes, s)).T, np.zeros((n_nodes, s)).T, np.zeros((s, n_inst)),
+                   np.zeros((n_nodes, s), dtype=bool).T)
 
 
 @dataclass(frozen=True)
@@ -193,8 +194,8 @@ def run(a: Arrays, sch: Schedule, mods: Mods) -> tuple[np.ndarray, np.ndarray]:
     s, n = mods.ddur.shape
     x = sch.x
     # the changes in wave order, event-major (rows = positions in x) so a wave reads whole rows
-    ddur = np.ascontiguousarray(mods.ddur[:, x].T)
-    dgap = np.ascontiguousarray(mods.dgap[:, x].T)
+    ddur = np.ascontiguousarray(mods.ddur.T)[x]
+    dgap = np.ascontiguousarray(mods.dgap.T)[x]
     slack = a.slack[x].astype(np.float64)[:, None]
     # what the chain adds to its predecessor's end: the gap change (at least -gap) where the binding
     # predecessor is the stream one, else -slack; along a run, plus the predecessor's duration change
@@ -205,7 +206,7 @@ def run(a: Arrays, sch: Schedule, mods: Mods) -> tuple[np.ndarray, np.ndarray]:
     de = np.zeros((n + 2, s))  # by event id; row n: the job's start (0), row n+1: none (-inf)
     de[n + 1] = -np.inf
     ds = np.empty((n, s))
-    hide_e = mods.hide[:, sch.e_node].T
+    hide_e = np.ascontiguousarray(mods.hide.T)[sch.e_node]
     dur_e = a.dur[sch.e_node].astype(np.float64)[:, None]
     dtr_v = mods.dtr[:, sch.v_dtr].T if sch.v_dtr.size else np.zeros((0, s))
     # Python ints: indexing a numpy offset array per wave would cost more than the slices it bounds
