@@ -284,9 +284,10 @@ def fill_sparse_steps(steps: pl.DataFrame, gpu: pl.DataFrame, cpu: pl.DataFrame,
     # a rank whose GPU work is linked to its launches has its windows moved (gpu_step_windows keeps the others'
     # host windows); a trace that kept few of its runtime calls (a filtered excerpt) is tiled instead
     work = gpu.filter(pl.col("rank").is_in(sparse["rank"].implode()) & pl.col("kind").is_in(BUSY_KINDS))
-    share = (work.join(launches(cpu).select("rank", "correlation", pl.lit(True).alias("_l")), on=["rank", "correlation"],
-                       how="left").group_by("rank").agg(pl.col("_l").fill_null(False).mean().alias("_share")))
-    linked = share.filter(pl.col("_share") >= MIN_LAUNCH_LINKED)["rank"]
+    with_launch = (work.join(launches(cpu).select("rank", "correlation", pl.lit(True).alias("_l")),
+                             on=["rank", "correlation"], how="left")
+                   .group_by("rank").agg(pl.col("_l").fill_null(False).mean().alias("_share")))
+    linked = with_launch.filter(pl.col("_share") >= MIN_LAUNCH_LINKED)["rank"]
     moved = moved.filter(pl.col("rank").is_in(linked.implode()))
     by_host = moved["rank"].unique().sort().to_list()
     rest = [r for r in sparse["rank"].to_list() if r not in set(by_host)]
