@@ -12,12 +12,13 @@ one, and a replay that speeds the GPU up must not let the GPU outrun its host. T
   or the call on another thread that woke it, as the autograd thread is woken by the main thread's ``backward``)
   plus the measured host time between them (``gap_ns``: Python, the framework, a sleep: an input of the replay),
   and not before its own thread's previous call ended.
-- **launch**: a GPU operation starts no earlier than its launch call did plus the call's own latency (up to the
-  call's length: a kernel may start before its launch returns).
+- **launch**: a GPU operation starts no earlier than its launch call did plus its measured latency, up to the
+  call's length and the rank's shortest launch latency (a kernel may start before its launch returns).
 - **blocking sync**: a synchronize call (or a synchronous copy) is two host events, the call and its return; the
   return waits for the last GPU operation launched before the call on every stream of the rank that had ended by
   then (for ``cudaDeviceSynchronize`` every stream; for a stream or event sync the streams it could have waited
-  for), so its blocked time is recomputed by the replay, never replayed as measured.
+  for), plus the rank's shortest return latency, so its blocked time is recomputed by the replay, never replayed
+  as measured.
 - **cross-stream waits** (``cudaStreamWaitEvent``: the trace does not say which event, so by timing): a GPU
   operation that started after its launch and its stream allowed, right after an operation on another stream of
   its rank ended, waited for that one.
@@ -139,7 +140,12 @@ def _launch_deps(h: pl.DataFrame, gpu: pl.DataFrame, nodes: pl.DataFrame) -> tup
     ln = h.filter(pl.col("kind") != "return").select("rank", "correlation", "hnode", pl.col("start_ns").alias("_ls"),
                                                     pl.col("end_ns").alias("_le"))
     g = gpu.join(ln, on=["rank", "correlation"], how="inner")
-    lag = (pl.col("_gs") - pl.col("_ls")).clip(0).clip(upper_bound=pl.col("_le") - pl.col("_ls"))
+    # the launch latency: an operation can start its rank's shortest delay after its launch returned (among those
+    # that started after it), or earlier where it started before the call returned
+    latency = g.filter(pl.col("_gs") >= pl.col("_le")).group_by("rank").agg(
+        (pl.col("_gs") - pl.col("_le")).min().alias("_lat"))
+    g = g.join(latency, on="rank", how="left").with_columns(pl.col("_lat").fill_null(0))
+    lag = (pl.col("_gs") - pl.col("_ls")).clip(0).clip(upper_bound=pl.col("_le") - pl.col("_ls") + pl.col("_lat"))
     g = g.with_columns((pl.col("_ls") + lag).alias("_ready"))
     launch = g.select(_host("hnode").alias("src"), pl.col("node").alias("dst"),
                       (pl.col("_gs") - pl.col("_ready")).alias("slack_ns"))
@@ -172,8 +178,13 @@ def _sync_deps(h: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
     got = per.join_asof(launched.sort("_ls"), left_on="_cs", right_on="_ls", by=["rank", "stream"],
                         strategy="backward", check_sortedness=False)
     got = got.filter(pl.col("node").is_not_null() & (pl.col("_ge") <= pl.col("_rs")))
+    # a return comes a little after the GPU work it waited for: the rank's shortest such latency (over the syncs
+    # that waited for something) is part of the dependency, the rest of each return's delay is slack
+    latency = (got.group_by("rank", "hnode").agg((pl.col("_rs") - pl.col("_ge")).min().alias("_lat"))
+               .group_by("rank").agg(pl.col("_lat").min()))
+    got = got.join(latency, on="rank", how="left")
     return got.select(pl.col("node").alias("src"), _host("hnode").alias("dst"),
-                      (pl.col("_rs") - pl.col("_ge")).alias("slack_ns"))
+                      (pl.col("_rs") - pl.col("_ge") - pl.col("_lat")).alias("slack_ns"))
 
 
 NO_BIND = -2  # ``bind_pred`` of an event with no binding predecessor at all (null: the job's start, reading 0)
