@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from ..rules import is_host_sync
+from ..rules import NS_PER_UNIT, is_host_sync
 
 SYNC_CALL_NS = 5_000  # a synchronize call's own cost when it does not block (the rest of its length is blocked)
 HOST_KINDS = ("launch", "call", "return")  # a launching call; a blocking call; its return
@@ -188,7 +188,7 @@ def _sync_deps(h: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
 
 
 NO_BIND = -2  # ``bind_pred`` of an event with no binding predecessor at all (null: the job's start, reading 0)
-UNEXPLAINED_NS = 1_000_000  # a start this much later than its last dependency's release is a wait the traces do not
+UNEXPLAINED_NS = NS_PER_UNIT["ms"]  # a start this much later than its last dependency's release is a wait the traces do not
 # show (a time slice of another process on a shared GPU is ~1-2 ms; a launch or an event is a few us late)
 
 

@@ -288,11 +288,12 @@ def analyze(g: Graph, steps: pl.DataFrame, rl: Roles, dims: dict[str, str] | Non
     # per-step savings stand out against their own spread over steps (one-sided t-test; one step: nothing to
     # test, said as such). Structure a schedule creates by design (a pipeline's last stage computing the loss)
     # saves little, or in some steps only
-    def pays(j: int) -> bool:
-        saved = t_rep - more_steps[3 * j + 2]
+    def pays(k: int) -> bool:  # the first k candidates made ideal together
+        fixed = more_steps[2] if k == 1 else more_steps[3 * len(cands) + k - 2]
+        saved = t_rep - fixed
         return float(saved.mean()) >= VISIBLE_SHARE * rep_ns and 1.0 - _confidence(saved) <= MAX_P
 
-    keep = next((k for k in range(keep, 0, -1) if all(pays(j) for j in range(k))), 0)
+    keep = next((k for k in range(keep, 0, -1) if pays(k)), 0)
     cands = cands[:keep]
     neck = None
     if cands and attribution["by_stage"].height:
