@@ -47,6 +47,20 @@ BLOCKING_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "bar
 # copy engine (comm_catalogue.toml's copy_engine family)
 REPORT_OPS = (*BLOCKING_OPS, "broadcast", "reduce", "gather", "scatter", *P2P_OPS, "copy")
 
+# ----------------------------------------------------------------------------- host calls
+# CUDA/HIP runtime and driver calls that block the calling host thread until GPU work ends: device, stream,
+# event and context synchronization, and synchronous copies (``.item()`` is a copy and a stream sync). The
+# readers keep them beside the launches; the host-aware replay ends them when that work ends.
+HOST_SYNC_NAME = b"Synchronize"  # in every synchronize call's name: what the Kineto scan looks for
+HOST_SYNC_CALL = (r"^(cuda|cu|hip)(Device|Stream|Event|Ctx)Synchronize(_v\d+)?$"
+                  r"|^(cuda|hip)Memcpy(2D|3D|Peer|ToSymbol|FromSymbol)?$|^cuMemcpy(HtoD|DtoH|DtoD|Peer|2D|3D)?(_v2)?$")
+
+
+def is_host_sync(name: pl.Expr) -> pl.Expr:
+    """Whether a runtime call (by name) blocks its thread until GPU work ends."""
+    return name.str.contains(HOST_SYNC_CALL).fill_null(False)
+
+
 # ----------------------------------------------------------------------------- bus bandwidth
 # nccl-tests (doc/PERFORMANCE.md): busbw = algbw * factor(op, n); all_reduce 2(n-1)/n,
 # all_gather / reduce_scatter / all_to_all (n-1)/n, every other op 1.

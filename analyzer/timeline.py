@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from .ranklist import compact
 from .rules import STEP_MARKER
 
 BUSY_KINDS = ("compute", "comm", "memcpy", "memset", "other")
@@ -96,6 +97,7 @@ def gpu_step_windows(steps: pl.DataFrame, gpu: pl.DataFrame, cpu: pl.DataFrame) 
 
 
 MIN_STEP_COVERAGE = 1.0  # any GPU work outside the step windows (other threads, between steps): tile
+MIN_LAUNCH_LINKED = 0.9  # a rank's steps follow its host ranges where this share of its GPU work has its launch
 DEFAULT_STEP_MARKER = STEP_MARKER
 
 
@@ -151,3 +153,48 @@ def host_step_windows(cpu: pl.DataFrame, marker: str | None = None) -> pl.DataFr
         .group_by("rank", "step").agg(pl.col("start_ns").min(), pl.col("end_ns").max())
         .sort("rank", "start_ns")
     )
+
+
+def fill_sparse_steps(steps: pl.DataFrame, gpu: pl.DataFrame, cpu: pl.DataFrame, marker: str | None = None
+                      ) -> tuple[pl.DataFrame, str]:
+    """The step windows of ranks whose step annotations cover too little of their GPU time, and the warning that
+    says so ("" when none).
+
+    Kineto's GPU-side ``ProfilerStep#N`` spans only the kernels it attributes to the host range (the annotating
+    thread's; in ``torch.distributed.pipelining`` jobs only the optimizer's, 40 us of a 74 ms step). Where a rank
+    has the host-side ranges and its kernels' launches, its steps are those ranges moved onto the GPU by launch
+    (``gpu_step_windows``: every kernel in the step whose host range launched it, any thread): the job's own steps,
+    as its step timer sees them. Elsewhere step N runs from its start to the start of step N+1 (tiled).
+    """
+    if steps.height == 0:
+        return steps, ""
+    cov = step_coverage(steps, gpu)
+    sparse = cov.filter(pl.col("coverage") < MIN_STEP_COVERAGE)
+    if sparse.height == 0:
+        return steps, ""
+    lo, hi = float(sparse["coverage"].min()), float(sparse["coverage"].max())
+    share = f"{100 * lo:.0f}%" if round(100 * lo) == round(100 * hi) else f"{100 * lo:.0f}-{100 * hi:.0f}%"
+    host = host_step_windows(cpu, marker).filter(pl.col("rank").is_in(sparse["rank"].implode()))
+    moved = gpu_step_windows(host, gpu, cpu) if host.height else host
+    # a rank whose GPU work is linked to its launches has its windows moved (gpu_step_windows keeps the others'
+    # host windows); a trace that kept few of its runtime calls (a filtered excerpt) is tiled instead
+    work = gpu.filter(pl.col("rank").is_in(sparse["rank"].implode()) & pl.col("kind").is_in(BUSY_KINDS))
+    with_launch = (work.join(launches(cpu).select("rank", "correlation", pl.lit(True).alias("_l")),
+                             on=["rank", "correlation"], how="left")
+                   .group_by("rank").agg(pl.col("_l").fill_null(False).mean().alias("_share")))
+    linked = with_launch.filter(pl.col("_share") >= MIN_LAUNCH_LINKED)["rank"]
+    moved = moved.filter(pl.col("rank").is_in(linked.implode()))
+    by_host = moved["rank"].unique().sort().to_list()
+    rest = [r for r in sparse["rank"].to_list() if r not in set(by_host)]
+    out = tile_steps(steps, gpu, rest) if rest else steps
+    if by_host:
+        out = pl.concat([out.filter(~pl.col("rank").is_in(by_host)), moved.select(out.columns).cast(dict(out.schema))]
+                        ).sort("rank", "start_ns")
+    said = f"step annotations cover only {share} of the GPU time on rank(s) {compact(sparse['rank'].to_list())} " \
+           "(work launched from other threads falls outside them): "
+    if not rest:
+        return out, said + "each step is the host's ProfilerStep range, every GPU operation in the step that launched it"
+    if not by_host:
+        return out, said + "steps were tiled, step N running until step N+1 starts"
+    return out, said + (f"steps of rank(s) {compact(by_host)} are the host's ranges (every GPU operation in the step "
+                        f"that launched it); those of rank(s) {compact(rest)} were tiled, step N running until N+1 starts")

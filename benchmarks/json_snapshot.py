@@ -22,7 +22,11 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("COMMSCOPE_SHARED_TRACES") or ROOT.parent / "shared" / "traces")  # as tests/conftest.py
+# ../shared/traces beside the checkout (or beside the folder of worktrees a checkout sits in); a checkout
+# elsewhere names it in $COMMSCOPE_SHARED_TRACES
+SHARED = Path(os.environ["COMMSCOPE_SHARED_TRACES"]) if os.environ.get("COMMSCOPE_SHARED_TRACES") else next(
+    (p / "shared" / "traces" for p in ROOT.parents[:2] if (p / "shared" / "traces").is_dir()),
+    ROOT.parent / "shared" / "traces")
 _RANK = re.compile(r"rank[-_]?\d+")
 # fields that name where or when the run happened, not what it measured
 _VOLATILE = {"generated_at", "elapsed_s", "cache_dir", "path", "paths", "file", "files", "source_file",

@@ -41,7 +41,7 @@ def _step_time(sc: Scenario, straggler: tuple[int, str] | None) -> tuple[float, 
     rows = waits.per_row(inst, aligned["start_ns"], aligned["end_ns"])
     t = {}
     t0 = time.perf_counter()
-    g = graph.build(ts.gpu, rows, ts.steps, clock)
+    g = graph.build(ts.gpu, rows, ts.steps, clock, ts.cpu)  # the host chains too (the replay places launches)
     t["graph_s"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     critical_path.critical_path(g)

@@ -29,6 +29,7 @@ SLOT_NS = 10_000  # host time one kernel launch takes (aten op around the runtim
 COMM_SLOT_NS = 20_000  # host time one collective call takes (c10d op, record_param_comms, wait)
 MARGIN_NS = 10_000
 SYNC_TAIL_NS = 5_000  # cudaDeviceSynchronize returns this long after the rank's last GPU op
+LAUNCH_LATENCY_NS = 2_000  # a launch's return -> its kernel's start, where the GPU waited for the launch
 
 # op -> ("Collective name" as PyTorch records it, c10d op, NCCL annotation, kernel name stem)
 _OP_INFO = {
@@ -135,6 +136,9 @@ class Scenario:
     first_step: int = 1
     step_gap_ns: int = 200_000  # slowest rank's last GPU op -> next step's host work
     compute_ns: tuple[int, ...] = (300_000, 250_000, 200_000, 150_000)  # compute kernels of every step
+    # steps that differ by design (variable sequence lengths, packing): step i's compute kernels each take
+    # step_compute_ns[i % len] ns instead of compute_ns; empty: compute_ns in every step
+    step_compute_ns: tuple[int, ...] = ()
     collectives: tuple[Collective, ...] = ()
     process_groups: tuple[ProcessGroup, ...] = ()
     tp: int = 1
@@ -224,7 +228,7 @@ def _validate(sc: Scenario) -> None:
         raise ValueError("overlap must be within [0, 1]")
     if sc.step_gap_ns < 2 * SYNC_TAIL_NS:
         raise ValueError(f"step_gap_ns must be >= {2 * SYNC_TAIL_NS}")
-    times = [sc.step_gap_ns, sc.memcpy_ns, sc.memset_ns, sc.jitter_ns, *sc.compute_ns]
+    times = [sc.step_gap_ns, sc.memcpy_ns, sc.memset_ns, sc.jitter_ns, *sc.compute_ns, *sc.step_compute_ns]
     times += [c.transfer_ns for c in sc.collectives] + [d for d, _ in sc.late_ranks.values()]
     times += list(sc.clock_offsets_ns.values())
     if any(t % q for t in times):
@@ -504,6 +508,8 @@ def build(sc: Scenario) -> Workload:
             if sc.memset_ns:
                 rk.plain("gpu_memset", "Memset (Device)", sc.memset_ns, "aten::zero_", 4096)
         delayed = {rk.rank: False for rk in ranks}
+        compute = sc.compute_ns if not sc.step_compute_ns else \
+            (sc.step_compute_ns[si % len(sc.step_compute_ns)],) * len(sc.compute_ns)
         k = 0
         for j, col in enumerate(sc.collectives):
             jit = _jitter(sc, rng)
@@ -518,7 +524,7 @@ def build(sc: Scenario) -> Workload:
                     delayed[rk.rank] = True
                 if sc.position_late_ranks and rk.rank == sc.position_late_ranks[j % len(sc.position_late_ranks)]:
                     extra += sc.position_late_ns
-                _run_phase(rk, sc, k, afters[j], jit[rk.rank], extra)
+                _run_phase(rk, sc, k, afters[j], jit[rk.rank], extra, compute)
             k = afters[j]
             pieces = [tuple(col.peers)] if col.peers is not None else [pg.ranks for pg in groups]
             for part in pieces:
@@ -526,7 +532,7 @@ def build(sc: Scenario) -> Workload:
                 instances.append(_run_instance(sc, ranks, col, pg, part, pg_stream[pg.name], step, len(instances)))
         jit = _jitter(sc, rng)
         for rk in ranks:
-            _run_phase(rk, sc, k, len(sc.compute_ns), jit[rk.rank], 0)
+            _run_phase(rk, sc, k, len(sc.compute_ns), jit[rk.rank], 0, compute)
             _emit_cpu_step(rk, sc, step)
         t_step = max(rk.cursor for rk in ranks) + sc.step_gap_ns + sc.lead_ns
     for rk in ranks:
@@ -534,9 +540,11 @@ def build(sc: Scenario) -> Workload:
     return Workload(sc, {rk.rank: rk.events for rk in ranks}, _truth(sc, ranks, instances))
 
 
-def _run_phase(rk: _Rank, sc: Scenario, k0: int, k1: int, jitter: int, extra: int) -> None:
-    """Compute kernels k0..k1 back to back; ``extra`` (a compute straggler's delay) is spread over them."""
-    durs = list(sc.compute_ns[k0:k1])
+def _run_phase(rk: _Rank, sc: Scenario, k0: int, k1: int, jitter: int, extra: int,
+               compute: tuple[int, ...] | None = None) -> None:
+    """Compute kernels k0..k1 back to back (durations: ``compute``, the step's, by default ``sc.compute_ns``);
+    ``extra`` (a compute straggler's delay) is spread over them."""
+    durs = list((compute or sc.compute_ns)[k0:k1])
     if extra and not durs:
         durs = [0]
     if durs:
@@ -627,7 +635,20 @@ def _emit_comm_call(rk: _Rank, sc: Scenario, ln: _Launch, t: int) -> None:
 
 
 def _emit_cpu_step(rk: _Rank, sc: Scenario, step: int) -> None:
-    """Host side of one step: launches in GPU order (all before their GPU work), noise, then a sync."""
+    """Host side of one step: launches in GPU order, noise, then a sync. The host starts the step as late as it
+    can with every launch returning before its GPU work starts, so the step's first GPU operation starts
+    ``LAUNCH_LATENCY_NS`` after its launch returns (the GPU waited for its host, as in a real step) and the rest
+    were launched ahead of their GPU work."""
+    t, latest = MARGIN_NS // 2, None
+    for ln in rk.launches:  # each launch's return, from the step's host start
+        if ln.kind == "comm" and ln.meta is None:
+            continue
+        ret = t + (9_000 if ln.kind == "comm" else 7_000)
+        room = ln.gpu.ts - LAUNCH_LATENCY_NS - ret
+        latest = room if latest is None else min(latest, room)
+        t += COMM_SLOT_NS if ln.kind == "comm" else SLOT_NS
+    if latest is not None:
+        rk.cpu_start = latest
     t = rk.cpu_start + MARGIN_NS // 2
     for ln in rk.launches:
         corr = ln.gpu.args["correlation"]
@@ -650,7 +671,7 @@ def _emit_cpu_step(rk: _Rank, sc: Scenario, step: int) -> None:
             rk.flow("s", rk.pid, rk.main_tid, t + 3_000, corr)
             t += SLOT_NS
         rk.flow("f", ln.gpu.pid, ln.gpu.tid, ln.gpu.ts, corr)
-    assert rk.step_gpu and t <= min(e.ts for e in rk.step_gpu) - MARGIN_NS // 2, "launches precede GPU work"
+    assert rk.step_gpu, "a step has GPU work"
     gpu_first = min(e.ts for e in rk.step_gpu)
     gpu_end = max(e.ts + e.dur for e in rk.step_gpu)
     sync_from = _noise(rk, sc, t, gpu_end) if sc.python_noise else t

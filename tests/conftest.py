@@ -15,8 +15,11 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 SAMPLES = ROOT / "sample_traces"
-# ../shared/traces beside the checkout; a worktree elsewhere names it in $COMMSCOPE_SHARED_TRACES
-SHARED = Path(os.environ.get("COMMSCOPE_SHARED_TRACES") or ROOT.parent / "shared" / "traces")
+# ../shared/traces beside the checkout (or beside the folder of worktrees a checkout sits in); a checkout
+# elsewhere names it in $COMMSCOPE_SHARED_TRACES
+SHARED = Path(os.environ["COMMSCOPE_SHARED_TRACES"]) if os.environ.get("COMMSCOPE_SHARED_TRACES") else next(
+    (p / "shared" / "traces" for p in ROOT.parents[:2] if (p / "shared" / "traces").is_dir()),
+    ROOT.parent / "shared" / "traces")
 
 
 _CACHE_DIRS: list[str] = []

@@ -229,14 +229,44 @@ def test_study_m_w_and_m_s_within_0_05(study: dict, trace: str, metric: str) -> 
     assert mine[metric] == pytest.approx(want, abs=0.05)
 
 
-def test_study_verdicts_ar_names_its_slow_worker_se_and_st_none() -> None:
-    # AR: commscope's own ideal replays slower than the measured run (16 of 64 ranks recorded), so the verdict
-    # is the study model's: rank 0, the worker of DP rank 0 and stage 0 that the study found; SE (sequence
-    # length imbalance) and ST (a long last stage) have no single slow worker
+def test_commscopes_own_model_is_sound_on_the_study_traces_and_near_the_study() -> None:
+    # commscope's own model on the same op tables (their declared dependencies, launch delays kept as host time):
+    # S >= 1, M_W and M_S within [0, 1] (before host chains and job steps: AR's S was 0.685, ST's M_W -2.42), and
+    # without launch delays its S within 15% of the published one (measured: AR +6%, SE -2%, ST -13%; the report
+    # says why where they differ by more than 5%). AR: rank 0, the worker of DP rank 0 and stage 0 that the study
+    # found, is named by commscope's own model (before: only through the study's, commscope's being unsound); SE
+    # (sequence length imbalance) and ST (a long last stage) have no single slow worker
     if not (SHIPPED / "AR" / "trace-AR.parquet").exists():
         pytest.skip("the study's traces are not shipped")
-    ar = report(SHIPPED / "AR")
-    assert (ar["stragglers"]["verdict"]["rank"], ar["stragglers"]["verdict"]["kind"]) == (0, "compute")
-    assert any("the verdict is the published study's model's" in w for w in ar["warnings"])
-    for t in ("SE", "ST"):
-        assert report(SHIPPED / t)["stragglers"]["verdict"] is None
+    published = {"AR": 1.973, "SE": 1.537, "ST": 1.179}  # blocking_slowdown in result-*.json
+    for t, want in published.items():
+        r = report(SHIPPED / t)
+        st = r["stragglers"]
+        assert st["slowdown"] >= 1.0 and 0.0 <= st["m_w"] <= 1.0 and 0.0 <= st["m_s"] <= 1.0, t
+        assert st["slowdown_no_host"] == pytest.approx(want, rel=0.15), t
+        said = any("differ by" in w and "study's" in w for w in r["warnings"])
+        assert said == (abs(st["slowdown_no_host"] / st["study"]["slowdown"] - 1.0) > 0.05), t
+        if t == "AR":
+            assert _top(st["attribution"]["by_rank"]) == "0"
+            assert (st["verdict"]["rank"], st["verdict"]["kind"]) == (0, "compute")
+            assert not any("the verdict is the published study's model's" in w for w in r["warnings"])
+        else:
+            assert st["verdict"] is None, t
+
+
+def test_one_profiled_step_still_names_the_late_rank_and_says_what_it_cannot_tell(tmp_path: Path) -> None:
+    # one step gives the step-to-step noise test nothing to work with: the verdict is decided on that step and
+    # the report says a chronic straggler cannot be told from a one-off (before: "No single rank holds the job
+    # back" on a real 8-rank one-step capture whose rank 7 caused 35.5 ms of the others' wait)
+    write_kineto(build(Scenario(ranks=8, steps=1, late_ranks={7: (3_000_000, "compute")})), tmp_path)
+    a = run(tmp_path)
+    assert a.verdict is not None and (a.verdict.rank, a.verdict.kind) == (7, "compute")
+    assert a.counterfactual.steps == 1
+    assert any(w.startswith("one profiled step") for w in a.warnings)
+
+
+def test_no_verdict_without_others_that_waited(tmp_path: Path) -> None:
+    # one rank: nobody waited for it, so it is never "the root of 0.0 ms of the others' wait"
+    write_kineto(build(Scenario(ranks=1, steps=3, late_ranks={0: (3_000_000, "compute")})), tmp_path)
+    a = run(tmp_path)
+    assert a.verdict is None and a.counterfactual.slowdown == pytest.approx(1.0)

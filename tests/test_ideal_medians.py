@@ -1,7 +1,8 @@
 """The ideal run's typical durations and gaps (analyzer/whatif/ideal.py, numpy since issue #33's follow-up) against
-the definition worked out in plain Python: per (role, name, occurrence, first) each rank's median over steps, then
-the lower median over the role's ranks (with replicas, peers that do not run it count as zero), never more than
-measured. Real multi-step graphs, each under several role sets, and one with nulls in names, durations and gaps."""
+the definition worked out in plain Python: per (role, step, name, occurrence, first) the lower median over the role's
+ranks in that step (peers in the same step: steps that differ by design stay different; with replicas, peers that
+do not run it count as zero), never more than measured; over every replay event, the host's runtime calls too.
+Real multi-step graphs, each under several role sets, and one with nulls in names, durations and gaps."""
 
 from __future__ import annotations
 
@@ -18,10 +19,10 @@ from tests.helpers import run
 
 
 def _brute(g: Graph, rl: idl.Roles) -> tuple[list[float], list[float]]:
-    rows = g.nodes.select("rank", "kind", "name", "occurrence", "bind_pred", "dur_ns", "gap_ns").to_dicts()
+    rows = g.events.select("rank", "kind", "name", "step", "occurrence", "bind_pred", "dur_ns", "gap_ns").to_dicts()
     per: dict[tuple, dict[str, list]] = {}
     for r in rows:
-        key = (rl.role.get(r["rank"], -1), r["name"], r["occurrence"], r["bind_pred"] is None)
+        key = (rl.role.get(r["rank"], -1), r["step"], r["name"], r["occurrence"], r["bind_pred"] is None)
         gap = None if r["gap_ns"] is None else max(float(r["gap_ns"]), 0.0)
         got = per.setdefault(key, {}).setdefault(r["rank"], [[], []])
         got[0].append(None if r["dur_ns"] is None else float(r["dur_ns"]))
@@ -52,7 +53,7 @@ def _brute(g: Graph, rl: idl.Roles) -> tuple[list[float], list[float]]:
         typical[key] = tuple(out)
     dd, dg = [], []
     for r in rows:
-        td, tg = typical[(rl.role.get(r["rank"], -1), r["name"], r["occurrence"], r["bind_pred"] is None)]
+        td, tg = typical[(rl.role.get(r["rank"], -1), r["step"], r["name"], r["occurrence"], r["bind_pred"] is None)]
         dur = None if r["dur_ns"] is None else float(r["dur_ns"])
         gap = None if r["gap_ns"] is None else max(float(r["gap_ns"]), 0.0)
         work = r["kind"] in idl.WORK_KINDS

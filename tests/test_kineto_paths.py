@@ -173,8 +173,9 @@ def test_all_paths_agree_on_every_layout(tmp_path: Path, layout: str, tricky: bo
 
 
 def test_runtime_calls_kept_are_the_launches_of_gpu_work(tmp_path: Path) -> None:
-    """Every kept runtime call names a GPU event, and every GPU event's runtime call is kept (counted
-    independently from the document)."""
+    """Every kept runtime call names a GPU event or blocks the host on the GPU (a synchronize: the host-aware replay
+    ends it when the GPU work it waits for ends), and every GPU event's runtime call is kept (counted independently
+    from the document)."""
     doc = _doc(False)
     events = doc["traceEvents"]
     gpu_cats = ("kernel", "gpu_memcpy", "gpu_memset", "cuda_sync")
@@ -182,7 +183,9 @@ def test_runtime_calls_kept_are_the_launches_of_gpu_work(tmp_path: Path) -> None
     runtime = [e for e in events if e.get("cat") in ("cuda_runtime", "cuda_driver")]
     events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaStreamIsCapturing", "pid": 1, "tid": 1,
                    "ts": runtime[0]["ts"], "dur": 1.0, "args": {"cbid": 317, "correlation": 10**9}})
-    want = sorted(e["args"]["correlation"] for e in runtime if e["args"].get("correlation") in gpu_corr)
+    syncs = {"cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize"}
+    want = sorted(e["args"]["correlation"] for e in runtime
+                  if e["args"].get("correlation") in gpu_corr or e["name"] in syncs)
     path = tmp_path / "rank0.json"
     path.write_text(json.dumps(doc))
     traces = _paths(path)

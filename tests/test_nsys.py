@@ -81,10 +81,9 @@ def test_two_process_report_tables(tmp_path: Path, variant: str) -> None:
         assert trace.meta.rank_source == "process-order" and trace.meta.world_size == 2
         assert trace.meta.clock_base_ns == 1_779_782_330_176_752_435
         kinds = dict(trace.cpu.group_by("kind").len().rows())
-        # API calls are kept when their correlation is on a GPU row: without the sync table (2023.4),
-        # cudaStreamSynchronize names no GPU row
-        runtime_rows = want.runtime_rows - (variant != "current" and "sync" in want.kinds)
-        assert kinds == {"runtime": runtime_rows, "annotation": want.annotation_rows}
+        # API calls are kept when their correlation is on a GPU row or when they block the host on the GPU:
+        # without the sync table (2023.4) cudaStreamSynchronize names no GPU row, and is kept by name
+        assert kinds == {"runtime": want.runtime_rows, "annotation": want.annotation_rows}
         calls = trace.comm_calls.select("op", "start_ns", "end_ns", "in_bytes", "out_bytes", "pg", "group_size")
         assert calls.rows() == [tuple(c.__dict__.values()) for c in want.calls]
         assert trace.steps.select("step", "start_ns", "end_ns").rows() == list(want.steps)
@@ -96,7 +95,7 @@ def test_two_process_report_tables(tmp_path: Path, variant: str) -> None:
     assert ("Stream Sync" in set(a.gpu["name"])) == (variant == "current")
     runtime = a.cpu.filter(pl.col("kind") == "runtime")
     assert set(runtime["name"]) == {"cudaLaunchKernel", "cuLaunchKernelEx", "cudaMemcpyAsync", "cudaMemsetAsync",
-                                    *(["cudaStreamSynchronize"] if variant == "current" else [])}
+                                    "cudaStreamSynchronize"}
     assert set(runtime["tid"]) == {300} and set(traces[1].cpu["tid"]) == {201}
     assert a.meta.versions[0] == ("nsys", "2026.2.1.210")
 
@@ -113,9 +112,10 @@ def test_old_and_new_schema_agree(tmp_path: Path) -> None:
     new = read(two_process_report(tmp_path / "new.sqlite", "current").path)
     old = read(two_process_report(tmp_path / "old.sqlite", "2023.4").path)
     for a, b in zip(new, old, strict=True):
-        # The old layout has no sync table (so no sync call is linked); everything else must be identical.
+        # The old layout has no sync table (no sync GPU rows); the synchronize call itself is kept by name in
+        # both (it blocks the host on the GPU); everything else must be identical.
         assert a.gpu.filter(pl.col("kind") != "sync").equals(b.gpu)
-        assert a.cpu.filter(pl.col("name") != "cudaStreamSynchronize").equals(b.cpu)
+        assert a.cpu.equals(b.cpu)
         assert a.comm_calls.equals(b.comm_calls) and a.steps.equals(b.steps)
 
 

@@ -183,16 +183,15 @@ def test_replay_reproduces_real_step_times(folder: Path) -> None:
     a = run(folder)
     w = a.whatif
     assert w is not None and len(a.source["ranks"]) > 1
-    assert w.replay_error_pct < 5.0
-    assert w.errors.height == a.steps.height and float(w.errors["error_pct"].max()) < 5.0
+    # the replay places every operation from the host chains and what it waits for: its error against the
+    # measured run is measured, not zero by construction (it was 0.0% on every set before the host was in it)
+    assert 0.0 < w.replay_error_pct < 5.0
+    assert w.errors.height == a.steps.height and float(w.errors["error_pct"].max()) < 10.0
     assert w.forced_ends == 0
-    # the replay runs on each rank's own step windows (a.traces.steps); a step lasts until the slowest is done
-    own = a.traces.steps.with_columns(((pl.col("end_ns") - pl.col("start_ns")) / 1e6).alias("span_ms"))
-    assert w.measured_step_time_ns / 1e6 == pytest.approx(
-        own.group_by("step").agg(pl.col("span_ms").max())["span_ms"].mean(), rel=1e-9)
-    # the reported steps are one interval per step on every rank (analyzer/crossrank/step_sync.py), within 7% of it
+    # the step the replay measures is the job's, as reported: one interval per step on every rank
+    # (analyzer/crossrank/step_sync.py), replayed the same way (analyzer/whatif/windows.py)
     assert a.steps.group_by("step").agg(pl.col("span_ns").n_unique())["span_ns"].max() == 1
-    assert a.steps["span_ns"].mean() == pytest.approx(w.measured_step_time_ns, rel=0.07)
+    assert a.steps["span_ns"].mean() == pytest.approx(w.measured_step_time_ns, rel=1e-9)
 
 
 def _gen(tmp_path: Path, name: str, sc: Scenario, **kw):
@@ -247,9 +246,14 @@ def test_busbw_at_twice_the_measured_bandwidth_predicts_half_the_transfer(tmp_pa
 def test_no_exposed_comm_is_an_upper_bound_and_ideal_is_consistent(tmp_path: Path) -> None:
     a = _gen(tmp_path, "run", Scenario(ranks=8, tp=2, steps=3, late_ranks={1: (2_000_000, "host")}))
     sc = {r["name"]: r for r in a.whatif.scenarios.to_dicts()}
-    assert sc["no_exposed_comm"]["saving_ns"] >= sc["no_straggler"]["saving_ns"] - 1
+    # hiding communication (its waits too) is no cure for a host that launches its step 2 ms late: the late rank's
+    # own GPU work still starts 2 ms late (the old replay kept each op's gap to its predecessor, so a GPU that
+    # stopped waiting pulled the late host along and this saving exceeded no_straggler's)
+    assert sc["no_exposed_comm"]["saving_ns"] < 0.25 * sc["no_straggler"]["saving_ns"]
+    assert sc["no_straggler"]["saving_ns"] == pytest.approx(2_000_000, rel=0.05)
     assert sc["no_exposed_comm"]["step_time_ns"] < _step_ms(a) * 1e6
-    assert a.whatif.ideal_speedup == pytest.approx(_step_ms(a) * 1e6 / sc["ideal"]["step_time_ns"])
+    # S against the replay of the measured run (its error cancels, as in the counterfactual)
+    assert a.whatif.ideal_speedup == pytest.approx(a.whatif.replay_step_time_ns / sc["ideal"]["step_time_ns"])
     # the late rank is the one whose ideal saves most, every step
     assert a.whatif.ranks["rank"][0] == 1
     cells = a.whatif.rank_steps
@@ -302,7 +306,8 @@ def test_no_straggler_saves_about_the_injected_delay_on_real_captures(name: str)
     a = run(folder)
     assert a.verdict is not None and a.verdict.rank == truth["straggler_rank"]
     saving_ms = a.whatif.scenarios.filter(pl.col("name") == "no_straggler")["saving_ns"][0] / 1e6
-    assert saving_ms == pytest.approx(delay_ms, rel=0.2)
+    # (each shares one GPU time-sliced with the others: the late rank's waits for its time slices go with it)
+    assert saving_ms == pytest.approx(delay_ms, rel=0.25)
     assert a.whatif.ranks["rank"][0] == truth["straggler_rank"]  # making it ideal saves most
 
 

@@ -18,19 +18,19 @@ SETS = [SAMPLES / "gpu_h200" / "compute_straggler", SAMPLES / "real_parallel" / 
 
 
 def _analyze(folder: Path, monkeypatch: pytest.MonkeyPatch, keyed: bool) -> tuple[object, int]:
-    plain_batched, plain_spans = replay.batched, replay.spans
+    plain_batched, plain_run = replay.batched, replay.run
     count = [0]
 
     def batched(a, sch, seg, fill, measure=None):  # without keys: every scenario replayed on its own
         return plain_batched(a, sch, seg, fill if keyed else [lambda m, i, f=f: f(m, i) for f in fill], measure)
 
-    def spans(a, sch, seg, mods, compiled=None):
+    def counted(a, sch, mods):
         count[0] += mods.ddur.shape[0]
-        return plain_spans(a, sch, seg, mods, compiled)
+        return plain_run(a, sch, mods)
 
     with monkeypatch.context() as m:
         m.setattr(replay, "batched", batched)
-        m.setattr(replay, "spans", spans)
+        m.setattr(replay, "run", counted)
         return run(folder), count[0]
 
 

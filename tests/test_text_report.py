@@ -51,3 +51,23 @@ def test_wide_report_has_every_column_uncut() -> None:
     # the prose still wraps at the terminal; only the tables are wider
     prose = [ln for ln in out.splitlines() if ln.startswith(("Straggler", "Communication", "warning"))]
     assert prose and max(len(ln) for ln in prose) <= 100
+
+
+def test_numbers_fit_their_columns_by_switching_units() -> None:
+    # op tables of long steps carry per-rank totals of millions of ms: a column whose values need more than five
+    # digits before the point reads in seconds, and no number is ever cut (before: "1,994,83..." at 100 columns)
+    import io
+
+    from rich.console import Console
+
+    from analyzer.report.text import RANK_COLUMNS, _table
+
+    rows = [{"rank": r, "step_time_mean_ms": 46_649.2, "compute_ms": 1_994_834.5 - r, "comm_ms": 49_540.7,
+             "overlap_pct": 0.1, "exposed_comm_ms": 1_204_412.1, "exposed_wait_ms": 1_168_610.0, "idle_ms": 8_181.3,
+             "caused_wait_ms": 2_465_312.9} for r in range(4)]
+    buf = io.StringIO()
+    Console(file=buf, width=100, no_color=True).print(_table("Per rank, ms", RANK_COLUMNS, rows))
+    out = buf.getvalue()
+    assert "…" not in out and "..." not in out
+    assert "1,994.8" in out and "2,465.3" in out and "46,649.2" in out  # s where needed, ms where they fit
+    assert "(s)" in out

@@ -212,18 +212,22 @@ def _analyze(ts: TraceSet, dims: pgroups.Options | None, busbw: dict[str, float]
     cpath = critical_path.critical_path(dep)
     # the verdict is the counterfactual's (analyzer/whatif/counterfactual.py); the heuristic roots only where
     # nothing can be replayed
-    prepared = whatif.prepare(dep, ts.steps)
+    # the replay reads the dependencies the traces record: op tables' declared ones where they say (ideal.declared)
+    rep = counterfactual.declared(dep)
+    prepared = whatif.prepare(rep, ts.steps)
     stage_of = pipe["rank_steps"].select("rank", "stage").unique() if pipe is not None else None
-    cfx = counterfactual.analyze(dep, ts.steps, counterfactual.roles(groups, ranks, stage_of),
+    cfx = counterfactual.analyze(rep, ts.steps, counterfactual.roles(groups, ranks, stage_of),
                                  dep.pg_dimensions, prepared) if prepared is not None else None
     if cfx is not None and ts.format == "optable":  # the published study's model too, to compare with its numbers
         cfx = dataclasses.replace(cfx, study=counterfactual.analyze(
-            dep, ts.steps, counterfactual.roles(groups, ranks, stage_of), dep.pg_dimensions, prepared,
+            rep, ts.steps, counterfactual.roles(groups, ranks, stage_of), dep.pg_dimensions, prepared,
             study=True))
     if cfx is not None:
         decide = counterfactual.deciding(cfx)
         found = [stragglers.from_counterfactual(r.rank, r.kind, r.confidence, order, roots_of, cause_of(r.rank),
                                                 r.saving_ns, r.saving_pct, r.added_ns) for r in decide.roots]
+        # a straggler is one the others waited for: never "the root of 0 ms of the others' wait", never alone
+        found = [v for v in found if len(ranks) > 1 and max(v.root_caused_wait_ns, v.caused_wait_ns) > 0]
         if pipe is not None and decide.bottleneck_stage is not None:
             # a root's stage; without a root the pipeline's own rule stands (a stage slower in every replica
             # is structure the role ideal keeps: the stage with the most compute sets the pace)
@@ -232,7 +236,7 @@ def _analyze(ts: TraceSet, dims: pgroups.Options | None, busbw: dict[str, float]
         found = stragglers.roots(order, roots_of, comm_ns, cause_of, replicas)
     del covs, cause_of  # not read below
     root = (found[0].rank, found[0].kind) if found else None
-    replayed = whatif.analyze(dep, ts.steps, root, busbw, dep.pg_dimensions,
+    replayed = whatif.analyze(rep, ts.steps, root, busbw, dep.pg_dimensions,
                               peers=replicas.get(root[0]) if root else None, experts=experts.balance(drows),
                               ideal=cfx.ideal_changes if cfx is not None else None, prepared=prepared)
     warnings.extend(whatif.warnings(replayed))

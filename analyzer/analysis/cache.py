@@ -1,7 +1,7 @@
 """A job's analysis kept in the cache beside its tables: a second ``analyze`` (another format, the dashboard, a
 report) of unchanged traces with the same options reads it instead of analyzing again.
 
-At 4 x 512 MB the analysis is 2.4 s of CPU and numba's load on top, against 0.1 s to read it back. It is a pure
+At 4 x 512 MB the analysis is several seconds of CPU, against 0.1 s to read it back. It is a pure
 function of the job's tables (``TraceSet.job_key``: every file's path, size, mtime, parser version and the load
 options), of the options that reach it (layout, bus-bandwidth targets) and of commscope's code; the entry's key
 hashes all three, with the source of every module under ``analyzer/`` and the versions of the libraries that
@@ -45,7 +45,7 @@ FORMAT = 2  # 2: digests of the entry's files and of the derived entry it was ma
 MAX_MANIFEST_BYTES = 256 << 20
 MAX_DEPTH = 64  # an Analysis tree nests ~10 deep: deeper is damage (and would be recursion a file controls)
 _PKG = Path(__file__).resolve().parent
-_LIBS = ("polars", "numpy", "numba", "scipy")
+_LIBS = ("polars", "numpy", "scipy")
 _code_hash: str | None = None
 # the TraceSet's tables, as the graph carries them, by name
 _JOB_TABLES = ("gpu", "cpu", "steps", "collectives")

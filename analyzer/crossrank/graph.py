@@ -15,6 +15,11 @@ shortest kernel) gates the instance: every participant's kernel ends at (last ar
 ring's hop each kernel is gated by its own peer instead (``waits.per_row``'s ``last_rank``, the one place
 that rule lives): ``gate_node`` is the kernel each one waited for.
 
+The host is in the graph too (crossrank/host.py, ``Graph.host``/``host_deps``/``events``): each rank's threads as
+chains of the runtime calls that launched GPU work or blocked on it, with what ties them to the GPU (a launch, a
+synchronize's return, a cross-stream wait). The replay (whatif/replay.py) places launched operations from those,
+not from the binding predecessor's gap; the rest of the analysis reads the GPU nodes as before.
+
 The graph is also the one place clock offsets are applied (DESIGN: "graph ... the only place offsets are
 applied"): :class:`Clock` holds each rank's rounded offset and puts any table on the reference clock;
 the graph carries it (``Graph.clock``) with the step windows on both clocks (``Graph.steps``), and every
@@ -25,12 +30,14 @@ subtracting offsets itself.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
 
 from ..ingest.collectives import assign_steps
+from . import host
 from .align import ClockFit
 from .groups import DIMENSIONS, Layout, pg_dimensions, row_dimensions
 from .members import Members, members
@@ -129,10 +136,26 @@ class Graph:
     # process group name -> dimension for names that denote one group (groups.pg_dimensions): the replay's
     # per-dimension scenarios and the verdict's by_dimension attribution
     pg_dimensions: dict[str, str] = dataclasses.field(default_factory=dict)
+    # the host chains (crossrank/host.py): every runtime call that launched GPU work or blocked on it, as replay
+    # events numbered after the nodes (``n_nodes + hnode``), and the dependencies that tie them to the GPU (launch,
+    # blocking sync, a thread woken by another) and GPU operations across streams (src, dst, slack_ns); None: no host
+    host: pl.DataFrame | None = None
+    host_deps: pl.DataFrame | None = None
 
     @property
     def n_nodes(self) -> int:
         return self.nodes.height
+
+    @functools.cached_property
+    def events(self) -> pl.DataFrame:
+        """What the replay places: the nodes, then the host events (host.events); built once per graph."""
+        return host.events(self.nodes, self.host, self.host_deps)
+
+    @property
+    def replay_deps(self) -> pl.DataFrame | None:
+        """Every dependency of ``events`` beyond the binding and stream predecessors: ``deps`` and the host's."""
+        parts = [d for d in (self.deps, self.host_deps) if d is not None and d.height]
+        return pl.concat([d.select("src", "dst", "slack_ns").cast(host.DEP_SCHEMA) for d in parts]) if parts else None
 
 
 def build(gpu: pl.DataFrame, rows: pl.DataFrame, steps: pl.DataFrame, clock: Clock | None = None,
@@ -149,7 +172,7 @@ def build(gpu: pl.DataFrame, rows: pl.DataFrame, steps: pl.DataFrame, clock: Clo
     declared = "after" in gpu.columns and "op_key" in gpu.columns
     ops = (
         gpu.filter(pl.col("kind").is_in(NODE_KINDS))
-        .select("rank", "stream", "kind", "name", "start_ns", *(["op_key", "after"] if declared else []),
+        .select("rank", "stream", "kind", "name", "start_ns", "correlation", *(["op_key", "after"] if declared else []),
                 pl.max_horizontal("end_ns", pl.col("start_ns") + 1).alias("end_ns"), pl.col("end_ns").alias("_raw_end"),
                 _name_key())
         .unique(["rank", "stream", "start_ns", "_raw_end", "_nh"], keep="first", maintain_order=True)
@@ -199,6 +222,7 @@ def build(gpu: pl.DataFrame, rows: pl.DataFrame, steps: pl.DataFrame, clock: Clo
     inst = nodes.select("node", "instance").join(instances.select("instance", "inst"), on="instance", how="left")
     nodes = nodes.with_columns(inst.sort("node")["inst"])
     nodes = nodes.with_columns(_gate_nodes(nodes, instances))
+    hosts, host_deps = host.chains(nodes, cpu, off)
     cols = ["node", "rank", "stream", "kind", "name", "start_ns", "end_ns", "dur_ns", "a_start_ns", "a_end_ns", "step",
             "ordinal", "occurrence", "stream_pred", "slack_ns", "bind_pred", "gap_ns", "inst", "gate_node", "wait_ns",
             "transfer_ns", "op", "pg", "bytes", "group_n", "k", "dimension", "intra_node"]
@@ -206,7 +230,8 @@ def build(gpu: pl.DataFrame, rows: pl.DataFrame, steps: pl.DataFrame, clock: Clo
     kernels = _kernels(rows, nodes, instances)
     return Graph(nodes=nodes, instances=_reported(instances, kernels), edges=_edges(nodes), declared=said,
                  clock=clock, steps=clock.to_reference(steps, prefix="a_"), kernels=kernels, members=members(rows),
-                 gpu=gpu, cpu=cpu, groups=groups, pg_dimensions=pg_dimensions(groups) if groups is not None else {})
+                 gpu=gpu, cpu=cpu, groups=groups, pg_dimensions=pg_dimensions(groups) if groups is not None else {},
+                 host=hosts, host_deps=host_deps)
 
 
 def _kernels(rows: pl.DataFrame, nodes: pl.DataFrame, instances: pl.DataFrame) -> pl.DataFrame:

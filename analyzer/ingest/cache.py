@@ -44,8 +44,9 @@ from .options import ReadOptions
 # 8: long process-group member lists stored once in the cache dir, manifests refer to them; packs;
 # 9: manifests record their key and the digest of every file they read
 # 10: the communication catalogue classifies (its data file's digest is in the key too), launcher calls, peer-copy
-# sizes, merged multi-rank files read as their ranks)
-PARSER_VERSION = "10"
+# sizes, merged multi-rank files read as their ranks;
+# 11: the runtime calls that block the host on the GPU kept beside the launches)
+PARSER_VERSION = "11"
 _TABLES = ("gpu", "cpu", "comm_calls", "steps")
 GROUPS_DIR = "groups"  # beside the entries: member lists by content hash, shared by every rank that lists them
 _INLINE_MEMBERS = 64  # shorter member lists stay in the manifest

@@ -32,7 +32,7 @@ from ..model import (
     conform,
 )
 from ..ranklist import compact
-from ..timeline import MIN_STEP_COVERAGE, gpu_step_windows, host_step_windows, step_coverage, tile_steps
+from ..timeline import fill_sparse_steps, gpu_step_windows, host_step_windows
 from . import ReadOptions, collectives
 from .consistency import check_job
 from .discover import TraceFile, discover_all
@@ -412,22 +412,6 @@ def _with_rank(t: RankTrace, rank: int, source: str) -> RankTrace:
     )
 
 
-def _tile_sparse_steps(steps: pl.DataFrame, gpu: pl.DataFrame) -> tuple[pl.DataFrame, str]:
-    """Tile the steps of ranks whose step annotations cover too little of their GPU time (see DESIGN.md)."""
-    if steps.height == 0:
-        return steps, ""
-    cov = step_coverage(steps, gpu)
-    sparse = cov.filter(pl.col("coverage") < MIN_STEP_COVERAGE)
-    if sparse.height == 0:
-        return steps, ""
-    lo, hi = float(sparse["coverage"].min()), float(sparse["coverage"].max())
-    share = f"{100 * lo:.0f}%" if round(100 * lo) == round(100 * hi) else f"{100 * lo:.0f}-{100 * hi:.0f}%"
-    return tile_steps(steps, gpu, sparse["rank"]), (
-        f"step annotations cover only {share} of the GPU time on rank(s) {_ranks_text(sparse['rank'].to_list())} "
-        "(work launched from other threads falls outside them): steps were tiled, step N running until step N+1 starts"
-    )
-
-
 def _concat(schema: dict[str, pl.DataType], frames: list[pl.DataFrame],
             optional: dict[str, pl.DataType] | None = None) -> pl.DataFrame:
     """``pl.concat`` of each frame conformed to ``schema``; frames that already share one schema (cache hits)
@@ -472,7 +456,7 @@ def assemble(traces: list[RankTrace], skipped: list[Skipped], warnings: list[str
     if host_steps:
         steps = pl.concat([steps, gpu_step_windows(_concat(STEP_SCHEMA, host_steps), gpu, cpu)])
     steps = steps.sort("rank", "start_ns")
-    steps, tiled = _tile_sparse_steps(steps, gpu)
+    steps, tiled = fill_sparse_steps(steps, gpu, cpu, step_marker)  # (timeline.py: the one rule)
     if tiled:
         warnings.append(tiled)
     no_steps = [t.meta.rank for t in traces if t.steps.height == 0]

@@ -15,7 +15,7 @@ from ..rules import NS_PER_US, size_text
 from ..views import communication as comm_view
 from ..views.dimensions import summary as dim_summary
 from ..views.inspector import tables as inspector_tables
-from ..views.units import ms_frame, ms_tables
+from ..views.units import ms_frame, ms_tables, time_unit
 from ..views.verdict import headline
 from ..views.whatif import sentence as whatif_sentence
 from ..views.whatif import text_lines as whatif_lines
@@ -169,11 +169,24 @@ def _new_table(title: str) -> Table:
 
 
 def _table(title: str, cols: list[tuple[str, str]], rows: list[dict]) -> Table:
+    """Numbers fit their columns: a column of times whose values need more than five digits before the point
+    reads in seconds (its header says so), and no number cell is ever cut (its column is at least as wide as
+    its longest number; headers wrap instead)."""
     t = _new_table(title)
-    for _, label in cols:
-        t.add_column(label, justify="right")
-    for row in rows:
-        t.add_row(*[_f(row.get(k)) for k, _ in cols])
+    cells = []
+    for key, label in cols:
+        vals = [row.get(key) for row in rows]
+        if key.endswith("_ms"):
+            unit, k = time_unit([v for v in vals if isinstance(v, (int, float))])
+            if unit != "ms":
+                label = f"{label} ({unit})"
+                vals = [v * k if isinstance(v, (int, float)) else v for v in vals]
+        text = [_f(v) for v in vals]
+        cells.append(text)
+        t.add_column(label, justify="right", no_wrap=False, overflow="fold",
+                     min_width=max((len(x) for x in text), default=1))
+    for i in range(len(rows)):
+        t.add_row(*[c[i] for c in cells])
     return t
 
 

@@ -45,6 +45,9 @@ def _block(c: Counterfactual) -> dict:
     }
 
 
+STAGE_SAID = 0.3  # M_S from which the lead says the gap to the ideal run is stage imbalance
+
+
 def _ms(x: float) -> str:
     """Milliseconds for people: three significant figures, at most one decimal above 10 ms; seconds above 10 s."""
     if x >= 10_000:
@@ -65,8 +68,14 @@ def lead(a: Analysis) -> str | None:
                 f"({pct:.0f}%): from {_ms(c.replay_ns / NS_PER_MS)} to {_ms((c.replay_ns - v.saving_ns) / NS_PER_MS)}.")
     if c.slowdown is None:
         return None
-    return (f"No single rank holds the job back: the step ({_ms(c.replay_ns / NS_PER_MS)}) is {c.slowdown:.2f}x its "
-            f"ideal run ({_ms(c.ideal_ns / NS_PER_MS)}), spread over the ranks.")
+    text = (f"No single rank holds the job back: the step ({_ms(c.replay_ns / NS_PER_MS)}) is {c.slowdown:.2f}x its "
+            f"ideal run ({_ms(c.ideal_ns / NS_PER_MS)})")
+    neck = a.pipeline.get("bottleneck_stage") if a.pipeline else None
+    if neck is not None and c.m_s is not None and c.m_s >= STAGE_SAID:
+        # structure is not blame: a stage slower by design (the last computes the loss) is stage imbalance
+        return text + (f"; stage imbalance explains {_pct(c.m_s)} of the gap: stage {neck} sets the pace by its own "
+                       "work, not a straggler.")
+    return text + ", spread over the ranks."
 
 
 

@@ -9,12 +9,7 @@ from ..rules import NS_PER_MS
 from .counterfactual import lead as cf_lead
 from .counterfactual import where as cf_where
 from .inspector import headline as inspector_headline
-from .units import ms_tables
-
-
-def _ms(x: float | None) -> str:
-    return "n/a" if x is None else f"{x:,.1f} ms"
-
+from .units import duration, ms_tables
 
 _DIM_NAMES = {"tp": "tensor-parallel", "dp": "data-parallel", "pp": "pipeline", "ep": "expert-parallel",
               "cp": "context-parallel", "fsdp": "FSDP", "world": "world"}
@@ -68,21 +63,21 @@ def headline(a: Analysis) -> list[str]:
         lines.append(second)
     if v is not None:
         cause = {
-            "host": f"host-bound: its GPU sat idle {v.idle_before_ns / NS_PER_MS / max(v.steps_last, 1):,.1f} ms per step "
-                    "while the others already waited",
-            "compute": f"compute-bound: it ran {v.compute_before_ns / NS_PER_MS / max(v.steps_seen, 1):,.1f} ms "
+            "host": f"host-bound: its GPU sat idle {duration(v.idle_before_ns / NS_PER_MS / max(v.steps_last, 1))} per "
+                    "step while the others already waited",
+            "compute": f"compute-bound: it ran {duration(v.compute_before_ns / NS_PER_MS / max(v.steps_seen, 1))} "
                        "more compute per step than its peers",
             "unknown": "cause unclear: its GPU was neither mostly idle nor mostly computing before the late collectives",
         }[v.kind]
         pattern = "chronic" if v.chronic else "transient"
         steps = f" over {v.steps_last} of {v.steps_seen} steps" if v.steps_seen else ""
-        lines.append(f"Straggler: rank {v.rank} is the root of {v.root_caused_wait_ns / NS_PER_MS:,.1f} ms of the others' "
-                     f"wait{steps} ({cause}; {pattern}).")
+        lines.append(f"Straggler: rank {v.rank} is the root of {duration(v.root_caused_wait_ns / NS_PER_MS)} of the "
+                     f"others' wait{steps} ({cause}; {pattern}).")
         hops = chain_text(v, _pg_dimensions(a))
         if hops:
             lines.append(hops)
         for extra in a.roots[1:]:
-            lines.append(f"Also a root: rank {extra.rank} ({extra.kind}), {extra.root_caused_wait_ns / NS_PER_MS:,.1f} ms "
+            lines.append(f"Also a root: rank {extra.rank} ({extra.kind}), {duration(extra.root_caused_wait_ns / NS_PER_MS)} "
                          "of the others' wait.")
     elif a.matching.get("instances") and a.counterfactual is None:
         lines.append("No straggler: the wait the ranks cause each other is spread evenly.")
@@ -95,7 +90,7 @@ def headline(a: Analysis) -> list[str]:
         span = float(r["span_ms"].sum())
         if comm > 0:
             lines.append(
-                f"Communication: {exposed / r.height:,.1f} ms exposed per rank on average "
+                f"Communication: {duration(exposed / r.height)} exposed per rank on average "
                 f"({100 * exposed / span if span else 0:.1f}% of the window), {100 * (comm - exposed) / comm:.1f}% "
                 f"hidden behind compute; {100 * wait / exposed if exposed else 0:.0f}% of the exposed time "
                 "was waiting for a late peer."

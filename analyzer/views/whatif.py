@@ -7,6 +7,7 @@ import polars as pl
 from ..analysis import Analysis
 from ..metrics.critical_path import step_summary
 from ..rules import NS_PER_MS
+from .units import duration
 
 _CP_FIELDS = ("compute", "exposed_transfer", "wait", "host_idle")
 
@@ -72,13 +73,15 @@ def sentence(a: Analysis) -> str | None:
         return None
     parts = []
     for i, (name, saving, pct) in enumerate(rows):
-        amount = f"{max(saving, 0.0) / NS_PER_MS:,.1f} ms ({max(pct or 0.0, 0.0):.0f}%)"
+        amount = f"{duration(max(saving, 0.0) / NS_PER_MS)} ({max(pct or 0.0, 0.0):.0f}%)"
         parts.append(f"{_phrase(name, a)} would shorten the step by {amount}" if i == 0
                      else f"{_phrase(name, a)}, by {amount}")
     text = "What if: " + "; ".join(parts)
     if w.ideal_speedup:
         text += f"{'; ' if parts else ''}the ideal run is {w.ideal_speedup:.2f}x faster"
-    return text + "."
+    # what every figure above rests on: how close the replay of the measured run came to it
+    return text + (f" (the replay of the measured run is {w.replay_error_pct:.1f}% off its "
+                   f"{duration(w.measured_step_time_ns / NS_PER_MS)} step).")
 
 
 def text_lines(a: Analysis) -> list[str]:

@@ -9,11 +9,12 @@ Computed on the one dependency graph with its replay (replay.py), as in the What
   rank (pure pipeline or tensor parallel): an operation only some ranks run is their own structure, not
   extra work.
 - **Ideal run**: every operation (kernel, memcpy, memset) takes the typical duration of its role's peers
-  for the same operation (the k-th kernel of that name in the step: op, micro-batch slot and layer), and
-  every host gap before an operation the typical gap; never more than measured. "Typical": each rank's
-  median over steps, then the lower median over the role (with two replicas the faster one: a single
-  slow replica must not set the pace of the ideal it is measured against). Transfers take the median of
-  their (op, bytes, group size), never more than measured. The ideal is replayed: T_ideal.
+  for the same operation in the same step (the k-th kernel of that name in the step: op, micro-batch slot and
+  layer), and every host gap (a runtime call's host time before it, crossrank/host.py) the typical gap; never
+  more than measured. "Typical": the lower median over the role's ranks in that step (with two replicas the
+  faster one: a single slow replica must not set the pace of the ideal it is measured against), so steps that
+  differ by design (variable sequence lengths) stay different. Transfers take the median of their (op, bytes,
+  group size), never more than measured. The ideal is replayed with the host in place: T_ideal.
 - **Slowdown** S = T_replay / T_ideal, where T_replay is the replay of the measured run (so the replay's
   own error cancels; it is reported beside S). With host gaps removed in both (launch delays out, as the
   published study reports) it is ``slowdown_no_host``.
@@ -22,13 +23,19 @@ Computed on the one dependency graph with its replay (replay.py), as in the What
   ranks, pipeline stages, DP replicas, dimensions (their communication), op types. Per step too.
 - **M_W** (share explained by individual workers): the part of T_replay − T_ideal removed by making the
   top ceil(3%) ranks ideal in the measured run; **M_S** (stage imbalance): the same for the last pipeline
-  stage (the study's definitions; either can exceed 1).
+  stage (the study's definitions). Step times are the job's interval (windows.py), so where the replay is
+  monotone S >= 1 and every share lies in [0, 1]; commscope's model reports them bounded there (the raw value
+  in a warning); the published study's model keeps its own (ST's M_S is 1.22).
 - **Roots**: a rank whose put-back adds a visible part of the step (``VISIBLE_SHARE``), twice what
   a typical rank's (the upper quartile of the others') does and three times its own replicas' (same role)
   (``EFFECT``, ``PEER_EFFECT``), and more than its own step-to-step
   spread allows by chance (a one-sided t-test over steps of its lift over the typical rank, ``MAX_P``); and
   making the roots ideal together in the measured run saves at least half of what the first one's put-back
-  adds (``SAVING_SHARE``: a rank slower than its peers that other ranks hold back as much is no root).
+  adds (``SAVING_SHARE``: a rank slower than its peers that other ranks hold back as much is no root), and
+  fixing each pays beyond the run's step-to-step noise (its per-step savings reach ``VISIBLE_SHARE`` of the
+  step on average and stand out against their own spread, a one-sided t-test, ``MAX_P``): a pipeline stage
+  slower by design (the last computes the loss) saves little, or in some steps only, and is stage
+  imbalance (M_S), not a straggler. The analysis names a root only where other ranks waited for it.
   A balanced job's put-backs are all alike and small; a pipeline stage's structural waits stay in the
   ideal too, so putting one stage back changes nothing.
 - **Kind**: the root's durations alone against its host gaps alone, put back: compute or host.
@@ -94,17 +101,10 @@ class Counterfactual:
     steps: int = 0
     workers: tuple[int, ...] = ()  # the ranks M_W makes ideal
     study: Counterfactual | None = None  # the published study's model (op tables), see ideal_study
+    raw_shares: dict[str, float] = field(default_factory=dict)  # M_W / M_S outside [0, 1] before they were bounded
 
 
 AXES = ("by_rank", "by_stage", "by_dp_replica", "by_dimension", "by_op")
-
-
-def _step_times(step: np.ndarray, span: np.ndarray) -> np.ndarray:
-    """Per step, the longest (rank) window: a step is done when its slowest rank is."""
-    keys, inv = np.unique(step, return_inverse=True)
-    longest = np.full(keys.size, -np.inf)
-    np.maximum.at(longest, inv, span)
-    return longest
 
 
 def _excess_per_step(keys: np.ndarray, step: np.ndarray, excess: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -153,7 +153,7 @@ def analyze(g: Graph, steps: pl.DataFrame, rl: Roles, dims: dict[str, str] | Non
     sch = sch or replay.schedule(arr)
     idl = ideal_study(g) if study else ideal(g, rl)
     host = not study
-    nodes = g.nodes.select("node", "rank", "kind", "name", "op", "pg", "inst")
+    nodes = g.events.select("node", "rank", "kind", "name", "op", "pg", "inst")
     rank = nodes["rank"].to_numpy().astype(np.int64)
     excess = -(idl.ddur + idl.dgap)
 
@@ -165,10 +165,9 @@ def analyze(g: Graph, steps: pl.DataFrame, rl: Roles, dims: dict[str, str] | Non
         ("", "replay_no_host", no_host),
         ("", "ideal_no_host", idl.whole(False)),
     ]
-    node_step = g.nodes["step"].fill_null(-1).to_numpy()
+    node_step = g.events["step"].fill_null(-1).to_numpy()
     # only groups whose put-back can matter are replayed (each is a replay of the whole job)
-    floor = MIN_BOUND_SHARE * float(_step_times(seg.table["step"].to_numpy(),
-                                                seg.table["span_ns"].to_numpy().astype(np.float64)).mean())
+    floor = MIN_BOUND_SHARE * float(replay.step_times(seg, np.zeros((2, seg.table.height))).mean())
     by_rank, rank_bound = _worth(rank, node_step, excess, floor)
     rank_nodes = {r: np.flatnonzero(rank == r) for r in by_rank}
     for r in by_rank:
@@ -198,7 +197,6 @@ def analyze(g: Graph, steps: pl.DataFrame, rl: Roles, dims: dict[str, str] | Non
     if stage_of is not None:
         rows.append(("", "remove_last_stage", _remove(idl, host, np.flatnonzero(stage_of == last_stage))))
 
-    step_col = seg.table["step"].to_numpy()
     if study:  # the study's steps: each on its own, every rank starting it at its measured start
         measure = study_steps(g)
 
@@ -206,7 +204,7 @@ def analyze(g: Graph, steps: pl.DataFrame, rl: Roles, dims: dict[str, str] | Non
             return replay.batched(arr, sch, seg, fills, measure)
     else:
         def times(fills: list) -> list[np.ndarray]:
-            return [_step_times(step_col, sp) for sp in replay.batched(arr, sch, seg, fills)]
+            return [replay.step_times(seg, sh) for sh in replay.batched(arr, sch, seg, fills)]
     # (the study's model removes host gaps in every run: its no-host runs are its runs, replayed once)
     per_step = times([f for _, _, f in rows[:2 if study else 4]])
     if study:
@@ -234,7 +232,9 @@ def analyze(g: Graph, steps: pl.DataFrame, rl: Roles, dims: dict[str, str] | Non
         attribution[ax] = df.with_columns(
             (pl.col("step_time_ns") - idl_ns).alias("added_ns"),
             (pl.col("step_time_ns") / idl_ns if idl_ns > 0 else pl.lit(None, pl.Float64)).alias("slowdown"),
-            (((pl.col("step_time_ns") - idl_ns) / gap) if gap > 0 else pl.lit(None, pl.Float64)).alias("share"),
+            # (within [0, 1] where the replay is monotone; commscope's model bounds it there)
+            ((((pl.col("step_time_ns") - idl_ns) / gap).clip(0.0, 1.0) if not study
+              else (pl.col("step_time_ns") - idl_ns) / gap) if gap > 0 else pl.lit(None, pl.Float64)).alias("share"),
         ).sort(["added_ns", "key"], descending=[True, False])
 
     role_of = rl.role
@@ -276,13 +276,24 @@ def analyze(g: Graph, steps: pl.DataFrame, rl: Roles, dims: dict[str, str] | Non
         extra.append(_remove(idl, host, np.concatenate([rank_nodes[r] for r, _ in cands[:k]])))
     if workers:
         extra.append(_remove(idl, host, np.flatnonzero(np.isin(rank, workers))))
-    more = [float(t.mean()) for t in times(extra)] if extra else []
+    more_steps = times(extra) if extra else []
+    more = [float(t.mean()) for t in more_steps]
     # the candidates fixing which pays: the most of them whose joint fix saves at least SAVING_SHARE of what the
     # first one's put-back adds (a rank slower than its peers that other ranks hold back as much is no root)
     joint = [rep_ns - more[2]] + [rep_ns - more[3 * len(cands) + k - 2] for k in range(2, len(cands) + 1)] \
         if cands else []
     keep = next((k for k in range(len(cands), 0, -1)
                  if joint[k - 1] >= SAVING_SHARE * float(added_steps[("by_rank", cands[0][0])].mean())), 0)
+    # a root pays beyond the run's own step-to-step noise: fixing it saves a visible part of the step, and its
+    # per-step savings stand out against their own spread over steps (one-sided t-test; one step: nothing to
+    # test, said as such). Structure a schedule creates by design (a pipeline's last stage computing the loss)
+    # saves little, or in some steps only
+    def pays(k: int) -> bool:  # the first k candidates made ideal together
+        fixed = more_steps[2] if k == 1 else more_steps[3 * len(cands) + k - 2]
+        saved = t_rep - fixed
+        return float(saved.mean()) >= VISIBLE_SHARE * rep_ns and 1.0 - _confidence(saved) <= MAX_P
+
+    keep = next((k for k in range(keep, 0, -1) if pays(k)), 0)
     cands = cands[:keep]
     neck = None
     if cands and attribution["by_stage"].height:
@@ -300,13 +311,24 @@ def analyze(g: Graph, steps: pl.DataFrame, rl: Roles, dims: dict[str, str] | Non
     m_w = (rep_ns - more[-1]) / gap if workers and gap > 0 else None
     m_s = (rep_ns - float(named["remove_last_stage"].mean())) / gap if "remove_last_stage" in named and gap > 0 \
         else None
+    # shares of the gap to the ideal run: within [0, 1] where the replay is monotone (a fix that makes some
+    # operations ideal lands between the measured and the ideal run); outside it, the raw value is kept for the
+    # warning and the share reported is the nearest bound
+    # (the published study's model keeps its own definitions, which may leave [0, 1]: ST's M_S is 1.22)
+    raw = {"m_w": m_w, "m_s": m_s}
+    if not study:
+        m_w, m_s = (None if x is None else min(max(x, 0.0), 1.0) for x in (m_w, m_s))
     nh_rep, nh_idl = float(named["replay_no_host"].mean()), float(named["ideal_no_host"].mean())
+    if idl_ns > rep_ns:  # not monotone here: S is never below 1 (raw_shares keeps what the replay said)
+        raw["slowdown"] = rep_ns / idl_ns
+        idl_ns = rep_ns
     return Counterfactual(
         replay_ns=rep_ns, ideal_ns=idl_ns, slowdown=rep_ns / idl_ns if idl_ns > 0 else None,
         replay_no_host_ns=nh_rep, ideal_no_host_ns=nh_idl, slowdown_no_host=nh_rep / nh_idl if nh_idl > 0 else None,
         attribution=attribution, m_w=m_w, m_s=m_s, roots=tuple(roots), bottleneck_stage=neck,
         no_straggler_ns=rep_ns - roots[0].saving_ns if roots else None,
-        ideal_changes=idl, steps=int(t_rep.size), workers=workers)
+        ideal_changes=idl, steps=int(t_rep.size), workers=workers,
+        raw_shares={} if study else {k: v for k, v in raw.items() if v is not None and not 0.0 <= v <= 1.0})
 
 
 def _per_rank(rank: np.ndarray, of: dict[int, int]) -> np.ndarray:
@@ -331,20 +353,46 @@ def _remove(idl: Ideal, host: bool, nodes: np.ndarray) -> replay.Keyed:
 
 
 def deciding(c: Counterfactual) -> Counterfactual:
-    """The model the verdict comes from: commscope's, unless its ideal replays slower than the measured run
-    (not monotone here) and the study's model was run (op tables), whose steps replay each on their own."""
-    unsound = c.slowdown is None or c.slowdown < 1.0 - 1e-9
+    """The model the verdict comes from: commscope's, unless its ideal replayed slower than the measured run
+    (not monotone there) and the study's model was run (op tables), whose steps replay each on their own."""
+    unsound = c.slowdown is None or "slowdown" in c.raw_shares
     return c.study if unsound and c.study is not None else c
 
 
+SHARE_SLACK = 0.01  # M_W / M_S this far outside [0, 1] is said in a warning
+STUDY_TOLERANCE = 0.15  # commscope's S without host gaps against the study's S on the same op tables
+STUDY_SAID = 0.05  # from this difference on the report says why they differ
+
+
 def warnings(c: Counterfactual | None) -> list[str]:
-    """What the report must say about the counterfactual's own soundness."""
-    if c is None or c.slowdown is None or c.slowdown >= 1.0 - 1e-9:
+    """What the report must say about the counterfactual's own soundness, and where it differs from the study's."""
+    if c is None:
         return []
-    return [f"the ideal run replays slower than the measured one (S = {c.slowdown:.3f}): the replay is not monotone "
-            "here (partial or unmatched communication, inconsistent gaps), so its roots are not named"
-            + ("; the verdict is the published study's model's (stragglers.study)" if c.study is not None else "")
-            + f" (with host gaps removed: S = {c.slowdown_no_host or 0:.3f})"]
+    out = []
+    if "slowdown" in c.raw_shares:
+        out.append(f"the ideal run replays slower than the measured one (S = {c.raw_shares['slowdown']:.3f}): the "
+                   "replay is not monotone here (partial or unmatched communication, inconsistent gaps), so S is "
+                   "reported as 1 and no root is named"
+                   + ("; the verdict is the published study's model's (stragglers.study)" if c.study is not None else ""))
+    # (a share a rounding away from its bound is no news)
+    bounded = [f"{k.upper()} {v:.2f}" for k, v in c.raw_shares.items() if k in ("m_w", "m_s") and
+               (v < -SHARE_SLACK or v > 1.0 + SHARE_SLACK)]
+    if bounded:
+        out.append(f"{' and '.join(bounded)} fell outside [0, 1] (making those ranks or that stage ideal moved the "
+                   "step by more than the whole gap to the ideal run, or the wrong way: the replay is not monotone "
+                   "here); reported at the nearest bound")
+    if c.steps == 1 and c.attribution["by_rank"].height > 1:
+        out.append("one profiled step: the verdict and every saving are measured on that step alone; whether a late "
+                   "rank is late in every step (chronic) or was late once cannot be told without more steps")
+    st = c.study
+    if st is not None and st.slowdown and c.slowdown_no_host:
+        diff = c.slowdown_no_host / st.slowdown - 1.0
+        if abs(diff) > STUDY_SAID:
+            out.append(f"commscope's S with launch delays removed ({c.slowdown_no_host:.2f}) and the published "
+                       f"study's ({st.slowdown:.2f}) differ by {100 * diff:+.0f}%: commscope's ideal run gives each "
+                       "operation its role's typical time in the same step, never above measured (a stage's own work "
+                       "stays), the study's the mean of its op type over every rank, stage and step")
+    return out
 
 
 def _confidence(lift: np.ndarray) -> float:

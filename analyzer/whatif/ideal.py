@@ -5,6 +5,7 @@ measured run to its ideal, in commscope's model (:func:`ideal`) and in the publi
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -117,27 +118,31 @@ class Ideal:
 def ideal(g: Graph, rl: Roles) -> Ideal:
     """The ideal run's changes to durations, gaps and transfers (see the module doc)."""
     # a rank's first operation is its own role: its gap is measured from the job's start, not from a predecessor;
-    # (role, name, occurrence, first) is one int64 key per operation (numpy: polars' group-by over the four
-    # columns, its sorted lists and the join back cost 1.5 s of CPU on the 484 MB Nsight export's million operations)
-    n = g.nodes.select(
+    # (role, step, name, occurrence, first) is one int64 key per operation: an operation's peers are the ranks of its
+    # role in the same step (steps that differ by design, variable sequence lengths, stay different), and each
+    # (rank, key) holds one operation (numpy: polars' group-by over the columns and the join back cost 1.5 s of CPU
+    # on the 484 MB Nsight export's million operations)
+    n = g.events.select(
         "rank", pl.col("kind").is_in(WORK_KINDS).fill_null(False).alias("_work"),
-        pl.col("name").cast(pl.Categorical).to_physical(), "occurrence", pl.col("bind_pred").is_null().alias("_first"),
-        pl.col("dur_ns").cast(pl.Float64), pl.col("gap_ns").cast(pl.Float64).clip(lower_bound=0),
+        pl.col("name").cast(pl.Categorical).to_physical(), "step", "occurrence",
+        pl.col("bind_pred").is_null().alias("_first"), pl.col("dur_ns").cast(pl.Float64),
+        pl.col("gap_ns").cast(pl.Float64).clip(lower_bound=0),
         pl.col("rank").replace_strict(rl.role, default=-1, return_dtype=pl.Int64).alias("_role"))
-    key = _key([n[c] for c in ("_role", "name", "occurrence", "_first")])
+    key = _key([n[c] for c in ("_role", "step", "name", "occurrence", "_first")])
     dur, gap = n["dur_ns"].to_numpy(), n["gap_ns"].to_numpy()  # null: NaN (the columns come from integers)
     role = n["_role"].to_numpy()
-    if g.nodes.select("rank", "step").unique().height == n["rank"].n_unique():
-        # one step per rank (or none): an occurrence numbers a name's operations within the rank's step, so every
-        # (rank, key) holds one operation and its median is its value
+    rk = _key([n["rank"], pl.Series(key)])
+    if np.unique(rk).size == rk.size:
+        # an occurrence numbers a name's operations within the rank's step, so every (rank, key) holds one
+        # operation: its value is its rank's
         typ_d, typ_g, group_of = _typical(key, role, dur, gap, rl, n["rank"])
-    else:
+    else:  # (a graph whose names or occurrences repeat within a rank's step: each rank's median first)
         per_rank = pl.DataFrame({"rank": n["rank"], "_k": key, "_role": role, "_d": n["dur_ns"], "_g": n["gap_ns"]}
                                 ).group_by("rank", "_k").agg(pl.col("_role").first(), pl.col("_d").median(),
                                                              pl.col("_g").median())
         pk = per_rank["_k"].to_numpy()
         typ_d, typ_g, group_p = _typical(pk, per_rank["_role"].to_numpy(), per_rank["_d"].to_numpy(),
-                                      per_rank["_g"].to_numpy(), rl, n["rank"])
+                                         per_rank["_g"].to_numpy(), rl, n["rank"])
         groups = np.empty(typ_d.size, dtype=np.int64)
         groups[group_p] = pk  # each group's key, ascending (group_p: each per-rank row's group)
         group_of = np.searchsorted(groups, key)
@@ -211,7 +216,7 @@ def ideal_study(g: Graph) -> Ideal:
     """The published study's ideal (What-if, OSDI'25): every operation of an op type at the mean duration of
     that type over all ranks, stages and steps (communication: the median transfer), host gaps removed; not
     bounded by the measured values."""
-    n = g.nodes.select("kind", "name", pl.col("dur_ns").cast(pl.Float64), pl.col("gap_ns").cast(pl.Float64)
+    n = g.events.select("kind", "name", pl.col("dur_ns").cast(pl.Float64), pl.col("gap_ns").cast(pl.Float64)
                        .clip(lower_bound=0), pl.col("inst").is_not_null().alias("_m"))
     dd = n.select(pl.when(~pl.col("_m")).then(
         pl.when(pl.col("kind") == "comm").then(pl.col("dur_ns").median().over("name", "_m"))
@@ -225,7 +230,8 @@ def ideal_study(g: Graph) -> Ideal:
 
 
 def declared(g: Graph) -> Graph:
-    """The graph as the What-if study models it, where the trace says what each op waits for (op tables): an
+    """The graph where the trace says what each op waits for (op tables), as the What-if study models it and as
+    commscope's replay reads it too (the op tables' own dependency record, as the host chains are Kineto's): an
     op's binding predecessor is the one of its declared dependencies that ended last (the gap after it is the
     study's launch delay), and the others are dependencies the replay waits for (``Graph.deps``). Ops with
     none declared keep theirs."""
@@ -242,7 +248,7 @@ def declared(g: Graph) -> Graph:
                                           & (pl.col("src") != pl.col("stream_pred")).fill_null(True))
     deps = extra.select("src", "dst", pl.max_horizontal(pl.col("start_ns") - pl.col("src_end_ns"), pl.lit(0))
                         .alias("slack_ns")).sort("dst", "src")
-    return Graph(nodes=n, instances=g.instances, edges=g.edges, declared=g.declared, deps=deps)
+    return dataclasses.replace(g, nodes=n, deps=deps)
 
 
 def steps_apart(g: Graph) -> Graph:
@@ -266,7 +272,7 @@ def steps_apart(g: Graph) -> Graph:
     deps = g.deps
     if deps is not None:  # a dependency on an op of an earlier step is cut like the predecessors
         deps = deps.filter(pl.Series(step.gather(deps["src"]) == step.gather(deps["dst"])).fill_null(False))
-    return Graph(nodes=n, instances=g.instances, edges=g.edges, declared=g.declared, deps=deps)
+    return dataclasses.replace(g, nodes=n, deps=deps)
 
 
 def study_steps(g: Graph) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:

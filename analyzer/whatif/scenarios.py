@@ -17,8 +17,9 @@ Scenarios (each a row of changes to durations, gaps, transfers, or hidden commun
   median for its operation.
 - per rank: that rank's operations and gaps made ideal; replayed for the ``max_ranks`` ranks with the
   most to gain (all ranks up to that many), a saving per step for the heatmap.
-Step time: per step the longest (rank) step window, a step being done when its slowest rank is (needs
-no clock alignment), averaged over steps; savings are against the replay of the unchanged run.
+Step time: the job's step as step_sync reports it (one interval per step on the aligned clock; the longest rank
+window where ranks share no clock), replayed (windows.step_times), averaged over steps; savings are against the
+replay of the unchanged run.
 """
 
 from __future__ import annotations
@@ -31,8 +32,9 @@ import numpy as np
 import polars as pl
 
 from ..crossrank.graph import Graph
+from ..crossrank.host import UNEXPLAINED_NS
 from ..errors import UsageError
-from ..rules import bus_factor_expr
+from ..rules import NS_PER_MS, bus_factor_expr
 from . import counterfactual, replay
 from .expert_balance import expert_changes
 
@@ -49,9 +51,12 @@ class WhatIf:
     scenarios: pl.DataFrame  # name, step_time_ns, saving_ns, saving_pct
     ranks: pl.DataFrame  # rank, saving_ns, saving_pct (replayed ranks, largest saving first)
     rank_steps: pl.DataFrame  # rank, step, saving_ns (mean step span saved in that step)
-    ideal_speedup: float | None  # S = measured / ideal
+    ideal_speedup: float | None  # S = replay of the measured run / ideal run (>= 1)
     ranks_replayed: int
     forced_ends: int  # kernel ends replayed before every participant arrived (inconsistent matches)
+    unexplained_ops: int = 0  # launched GPU operations whose late start no recorded dependency explains (kept)
+    unexplained_ns: float = 0.0  # their waits, in all
+    unexplained_rank: int | None = None  # the rank with most of it
 
 
 def parse_specs(specs: tuple[str, ...] | list[str]) -> dict[str, float]:
@@ -94,7 +99,7 @@ def analyze(g: Graph, steps: pl.DataFrame, straggler: tuple[int, str] | None = N
     arr, sch, seg = got
     # the columns the scenarios read, names as integer codes: grouping a million kernel names by their
     # text cost 0.5 s and 0.4 GB on the 484 MB Nsight export, by code a fraction of that
-    nodes = g.nodes.select("node", "rank", "kind", pl.col("name").cast(pl.Categorical).to_physical(), "step",
+    nodes = g.events.select("node", "rank", "kind", pl.col("name").cast(pl.Categorical).to_physical(), "step",
                            "occurrence", "dur_ns", "gap_ns", "inst", "pg")
     rank_arr = nodes["rank"].to_numpy()
     # (keyed where the counterfactual replays the same changes: replayed once, see replay.Keyed)
@@ -129,35 +134,35 @@ def analyze(g: Graph, steps: pl.DataFrame, straggler: tuple[int, str] | None = N
         for r in cands:
             named.append((f"rank:{r}", lambda m, i, r=r: _ideal(m, i, ideal_old, r)))
 
-    spans = replay.batched(arr, sch, seg, [f for _, f in named])
+    shifted = replay.batched(arr, sch, seg, [f for _, f in named])
     tab = seg.table
-    steps_col = tab["step"].to_numpy()
-    measured = tab["span_ns"].to_numpy().astype(np.float64)
-    base = spans[0]
-    m_mean, r_mean = _step_time(steps_col, measured), _step_time(steps_col, base)
+    zero = np.zeros((2, tab.height))
+    m_steps, base = replay.step_times(seg, zero), replay.step_times(seg, shifted[0])
+    m_mean, r_mean = float(m_steps.mean()), float(base.mean())
+    step_keys = np.unique(tab["step"].to_numpy())
     errors = tab.select("rank", "step", pl.col("span_ns").cast(pl.Float64).alias("measured_ns")).with_columns(
-        pl.Series("replay_ns", base),
+        pl.Series("replay_ns", replay.window_spans(seg, shifted[0])),
     ).with_columns((100.0 * (pl.col("replay_ns") - pl.col("measured_ns")).abs()
                     / pl.col("measured_ns")).alias("error_pct"))
     rows = []
-    for (name, _), sp in zip(named, spans):
+    for (name, _), sh in zip(named, shifted):
         if name == "replay" or name.startswith("rank:"):
             continue
-        t = _step_time(steps_col, sp)
+        t = float(replay.step_times(seg, sh).mean())
         rows.append({"name": name, "step_time_ns": t, "saving_ns": r_mean - t,
                      "saving_pct": 100.0 * (r_mean - t) / r_mean if r_mean > 0 else None})
     scen = pl.DataFrame(rows, schema={"name": pl.Utf8, "step_time_ns": pl.Float64, "saving_ns": pl.Float64,
                                       "saving_pct": pl.Float64})
     rank_rows, cell_rows = [], []
-    for (name, _), sp in zip(named, spans):
+    for (name, _), sh in zip(named, shifted):
         if not name.startswith("rank:"):
             continue
         r = int(name.split(":")[1])
-        saving = r_mean - _step_time(steps_col, sp)
+        per = replay.step_times(seg, sh)
+        saving = r_mean - float(per.mean())
         rank_rows.append({"rank": r, "saving_ns": saving, "saving_pct": 100.0 * saving / r_mean if r_mean > 0 else None})
-        for s in np.unique(steps_col):
-            sel = steps_col == s
-            cell_rows.append({"rank": r, "step": int(s), "saving_ns": float(base[sel].max() - sp[sel].max())})
+        for j, s_ in enumerate(step_keys):
+            cell_rows.append({"rank": r, "step": int(s_), "saving_ns": float(base[j] - per[j])})
     ranks = pl.DataFrame(rank_rows, schema={"rank": pl.Int32, "saving_ns": pl.Float64, "saving_pct": pl.Float64})
     ideal_t = scen.filter(pl.col("name") == "ideal")["step_time_ns"]
     return WhatIf(
@@ -166,17 +171,23 @@ def analyze(g: Graph, steps: pl.DataFrame, straggler: tuple[int, str] | None = N
         errors=errors, scenarios=scen,
         ranks=ranks.sort(["saving_ns", "rank"], descending=[True, False]),
         rank_steps=pl.DataFrame(cell_rows, schema={"rank": pl.Int32, "step": pl.Int64, "saving_ns": pl.Float64}),
-        ideal_speedup=m_mean / float(ideal_t[0]) if ideal_t.len() and ideal_t[0] > 0 else None,
-        ranks_replayed=len(cands), forced_ends=sch.forced,
+        # S against the replay of the measured run (its error cancels), never below 1
+        ideal_speedup=max(r_mean / float(ideal_t[0]), 1.0) if ideal_t.len() and ideal_t[0] > 0 else None,
+        ranks_replayed=len(cands), forced_ends=sch.forced, **_unexplained(g),
     )
 
 
-def _step_time(step: np.ndarray, span: np.ndarray) -> float:
-    """A step lasts until its slowest rank is done: the longest window per step, averaged over steps."""
-    keys, inv = np.unique(step, return_inverse=True)
-    longest = np.full(keys.size, -np.inf)
-    np.maximum.at(longest, inv, span)
-    return float(longest.mean())
+def _unexplained(g: Graph) -> dict:
+    """The launched GPU operations the replay keeps late as measured (crossrank/host.py ``UNEXPLAINED_NS``)."""
+    ev = g.events
+    if "unexplained" not in ev.columns:
+        return {}
+    late = ev.filter(pl.col("unexplained").fill_null(False)).select("rank", "gap_ns")
+    if late.height == 0:
+        return {}
+    top = late.group_by("rank").agg(pl.col("gap_ns").sum()).sort(["gap_ns", "rank"], descending=[True, False])
+    return {"unexplained_ops": late.height, "unexplained_ns": float(late["gap_ns"].sum()),
+            "unexplained_rank": int(top["rank"][0])}
 
 
 # ----------------------------------------------------------------------------------------- scenarios
@@ -283,6 +294,11 @@ def warnings(w: WhatIf | None) -> list[str]:
         out.append(f"the replay misses the measured step time by more than {ERROR_WARN_PCT:g}% on {n_bad} (rank, step) "
                    f"windows (worst: rank {r['rank']} step {r['step']}, {r['error_pct']:.1f}%): what-if savings are "
                    "approximate there")
+    if w.unexplained_ns > 0:
+        out.append(f"{w.unexplained_ops} GPU operations started more than {UNEXPLAINED_NS / NS_PER_MS:g} ms after "
+                   f"everything the traces say they wait for ({w.unexplained_ns / NS_PER_MS:,.1f} ms in all, most on rank "
+                   f"{w.unexplained_rank}): the GPU was busy with work the traces do not show (another process's time "
+                   "slice on a shared GPU, say); the replay keeps those waits as measured, as it keeps host time")
     if w.forced_ends:
         out.append(f"{w.forced_ends} collective kernel ends were replayed before every participant had arrived "
                    "(inconsistent matching): what-if savings are approximate")

@@ -23,7 +23,7 @@ import polars as pl
 import pyarrow as pa
 
 from ...comm_catalogue import launcher_literals
-from ...rules import STEP_PREFIX
+from ...rules import HOST_SYNC_NAME, STEP_PREFIX
 from ..options import ReadOptions
 from . import json_depth
 from .events import _CHUNK_EVENTS, _EVENT, Buffer, _Event, _Header, _Selection
@@ -37,9 +37,10 @@ _LONG = 19  # digits from which a correlation may not fit int64: such a block is
 def _hit_regex(cats: tuple[str, ...]) -> str:
     alts = "|".join(re.escape(c) for c in sorted(set(cats), key=len, reverse=True))
     # the comm catalogue's launcher ops (symm_mem::*, vllm::all_reduce, ...) are found by name, as
-    # record_param_comms is: a few literals more in one pass of Polars' multi-literal search
+    # record_param_comms is: a few literals more in one pass of Polars' multi-literal search (and the runtime
+    # calls that block the host, by name: their correlation is on no GPU event)
     launchers = "".join("|" + re.escape(x.decode()) for x in launcher_literals())
-    return rf'"cat"\s*:\s*"(?:{alts})"|record_param_comms|{STEP_PREFIX}{launchers}'
+    return rf'"cat"\s*:\s*"(?:{alts})"|record_param_comms|{STEP_PREFIX}|{HOST_SYNC_NAME.decode()}{launchers}'
 
 
 _HITS = _hit_regex(_SCAN_CATS)

@@ -15,7 +15,7 @@ import polars as pl
 
 from ... import patterns
 from ...comm_catalogue import launcher_of
-from ...rules import STEP_MARKER, STEP_PREFIX
+from ...rules import STEP_MARKER, STEP_PREFIX, is_host_sync
 from ..options import ReadOptions
 from .tables import (
     _CPU_CATS,
@@ -83,11 +83,13 @@ _STEP_RE = re.compile(STEP_MARKER)
 
 def launches_of_gpu_work(cpu: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
     """The ``cpu`` table with only the runtime calls whose correlation is on a GPU event (the launches
-    of kernels, copies and syncs). Other runtime calls (~90% of them in real captures: queries, event
-    records, allocator calls) no table reads. One rule for every decode path; the scan path only
+    of kernels, copies and syncs) and the calls that block the host on the GPU (``rules.is_host_sync``: the
+    replay ends them when the GPU work does). Other runtime calls (~90% of them in real captures: queries,
+    event records, allocator calls) no table reads. One rule for every decode path; the scan path only
     decodes the runtime events this keeps (``kineto_scan``)."""
     linked = gpu["correlation"].drop_nulls().unique()
-    return cpu.filter((pl.col("kind") != "runtime") | pl.col("correlation").is_in(linked.implode()))
+    return cpu.filter((pl.col("kind") != "runtime") | pl.col("correlation").is_in(linked.implode())
+                      | is_host_sync(pl.col("name")))
 
 
 _LAUNCHER_NAMES: dict[str, bool] = {}  # a trace repeats a few thousand op names: each is looked up once

@@ -19,7 +19,7 @@ from array import array
 import msgspec
 
 from ...comm_catalogue import launcher_literals
-from ...rules import STEP_PREFIX
+from ...rules import HOST_SYNC_NAME, STEP_PREFIX
 from ..options import ReadOptions
 from .events import _EVENT, Buffer, _Event, _Header, _Selection
 from .tables import _CPU_CATS, _GPU_CATS
@@ -28,8 +28,10 @@ from .tables import _CPU_CATS, _GPU_CATS
 # after the GPU events. GPU-side annotations are read only as step markers, so the ``ProfilerStep#``
 # name finds them: by category they are ~2% of a real capture's events, nearly all other ranges.
 _SCAN_CATS = (*_GPU_CATS, *(c for c, kind in _CPU_CATS.items() if kind == "annotation"))
-# cpu_op events some table reads, by name: collective calls, steps, the comm catalogue's launcher ops
-_SCAN_NAMES = (b"record_param_comms", STEP_PREFIX.encode(), *launcher_literals())
+# events some table reads, found by name: cpu_op ``record_param_comms``, step ranges, the runtime calls that
+# block the host (``rules.HOST_SYNC_CALL``: their correlation is on no GPU event, so the launch pass skips them)
+# and the comm catalogue's launcher ops
+_SCAN_NAMES = (b"record_param_comms", STEP_PREFIX.encode(), HOST_SYNC_NAME, *launcher_literals())
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*')
 # an event's end: '}' then the next event's '{' or the array's ']' (a '}, ' inside a kernel name such as
 # ``{lambda(float)#1}, std::array`` is not followed by '{', so it rarely sends a hit to ``_object_around``)

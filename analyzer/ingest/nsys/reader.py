@@ -20,6 +20,7 @@ import polars as pl
 from ...comm_catalogue import gpu_kind
 from ...errors import TraceError
 from ...model import COMM_CALL_SCHEMA, CPU_SCHEMA, GPU_SCHEMA, STEP_SCHEMA, RankMeta, RankTrace, conform, empty
+from ...rules import is_host_sync
 from ..options import ReadOptions
 from . import nvtx as nsys_nvtx
 from .schema import (
@@ -163,9 +164,10 @@ def _read(conn: sqlite3.Connection, source: Path, options: ReadOptions) -> list[
         runtime, ranges = host.result()
     warnings.extend(host_warnings[0])
     gpu = _fill_pid(gpu, runtime, "globalPid" in schema.cols("CUPTI_ACTIVITY_KIND_KERNEL"), warnings)
-    # CUDA API calls a table reads: those of this process whose correlation is on its GPU rows
+    # CUDA API calls a table reads: those of this process whose correlation is on its GPU rows, and the calls
+    # that block the host on the GPU (the host-aware replay ends them when that work ends)
     linked = gpu.select(_pid_corr().alias("k"))["k"].drop_nulls().unique()
-    runtime = runtime.filter(_pid_corr().is_in(linked.implode()))
+    runtime = runtime.filter(_pid_corr().is_in(linked.implode()) | is_host_sync(pl.col("name")))
     warnings.extend(host_warnings[1])
     calls = nsys_nvtx.comm_calls(ranges)
     steps = nsys_nvtx.steps(ranges, options.step_marker)
