@@ -72,29 +72,38 @@ def native_select(data: Buffer, options: ReadOptions, cpu_ops: bool) -> _Selecti
     f = np.frombuffer(flags, dtype=np.uint8)
     hit = (f & _HIT) != 0
     pages = _Resident(data)
-    found = _decode(data, s, e, np.flatnonzero(hit))
+    found = _decode_parts(data, s, e, np.flatnonzero(hit), pages)
     if found is None:
         return None
-    pages.restart()
     linked = _numbers([ev.args.correlation for ev in found if ev.cat in _GPU_CATS and ev.args is not None])
     corr = np.frombuffer(corrs, dtype=np.int64)
     offer = ((f & _UNSURE) != 0) | (((f & _CORR) != 0) & _linked(corr, linked))
     want = np.flatnonzero(offer & ~hit)
-    more: list[_Event] = []
-    if want.size:
-        for part in np.array_split(want, max(1, int(e[want[-1]] - s[want[0]]) // _PART)):
-            got_part = _decode(data, s, e, part)
-            if got_part is None:
-                return None
-            more += got_part
-            if part.size:
-                pages.behind(int(e[part[-1]]))
-        pages.restart()
+    more = _decode_parts(data, s, e, want, pages)
+    if more is None:
+        return None
     events = found + more
     order = np.argsort(np.r_[np.flatnonzero(hit), want], kind="stable")
     sel = _Selection(header, options, cpu_ops)
     sel.feed([events[i] for i in order])
     return sel
+
+
+def _decode_parts(data: Buffer, s: np.ndarray, e: np.ndarray, idx: np.ndarray, pages: _Resident
+                  ) -> list[_Event] | None:
+    """``_decode`` a span of the file ``_PART`` long at a time, front to back, dropping the pages behind: the
+    decoded events of one part and its text are what a worker holds beside them."""
+    out: list[_Event] = []
+    if idx.size:
+        for part in np.array_split(idx, max(1, int(e[idx[-1]] - s[idx[0]]) // _PART)):
+            got = _decode(data, s, e, part)
+            if got is None:
+                return None
+            out += got
+            if part.size:
+                pages.behind(int(e[part[-1]]))
+    pages.restart()
+    return out
 
 
 def _decode(data: Buffer, s: np.ndarray, e: np.ndarray, idx: np.ndarray) -> list[_Event] | None:
