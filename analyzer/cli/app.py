@@ -11,6 +11,7 @@ import click
 
 from .. import ranklist
 from ..errors import CommscopeError
+from . import report_cache
 from .limits import limit_options, limits_from_context
 
 FORMATS = ("text", "json", "markdown", "html")
@@ -177,6 +178,15 @@ def analyze(paths: tuple[Path, ...], fmt: str, output: Path | None, show_steps: 
     """Analyze traces (files or folders of ranks): overlap, exposed communication, waits, stragglers."""
 
     def run() -> None:
+        kept = None
+        if fmt in report_cache.FORMATS and not (no_cache or scheduler or history_store):
+            kept = report_cache.key(list(paths), {
+                "fmt": fmt, "show_steps": show_steps, "wide": wide, "whatif": whatif_specs, "rank_map": rank_map,
+                "step_marker": step_marker, "ranks": ranks, "layout": layout, "layout_order": layout_order,
+                "gpus_per_host": gpus_per_host, "limits": repr(limits_from_context())})
+            text = report_cache.load(kept) if kept is not None else None
+            if text is not None:  # the same inputs, options and code: the same report (cli/report_cache.py)
+                return _emit(text, output)
         if not scheduler:  # first: the server's imports then overlap the hang check's and ours (polars, numpy)
             start_workers(paths, jobs, not no_cache)
         if hang := hang_triage(paths, rank_map, layout, layout_order, gpus_per_host):
@@ -214,6 +224,8 @@ def analyze(paths: tuple[Path, ...], fmt: str, output: Path | None, show_steps: 
             stored = add(history_store, result, run_id, label_map)
             click.echo(f"added run {stored} to {history_store}", err=True)
         _emit(text, output)
+        if kept is not None:
+            report_cache.store(kept, text)
 
     _guard(run)
 
