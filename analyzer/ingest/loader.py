@@ -181,7 +181,7 @@ def _pool(files: list[TraceFile], todo: list[int], asked: int | None, jobs: int)
     results are the same either way)."""
     if jobs <= 1:
         return False
-    return bool(asked) or pool_pays(sum(parse_bytes(files[i].path) for i in todo), min(jobs, len(todo)))
+    return bool(asked) or pool_pays(sum(parse_bytes(files[i].path) for i in todo), min(jobs, len(todo)), len(todo))
 
 
 def _from_workers(stored: list[_Stored]) -> list[list[RankTrace] | None]:
