@@ -16,6 +16,7 @@ import pytest
 from analyzer import analysis
 from analyzer.analysis import cache as analysis_cache
 from analyzer.crossrank import groups as pgroups
+from analyzer.ingest import background
 from analyzer.ingest.cachedir import cache_dir
 from analyzer.ingest.loader import LoadOptions, load
 from analyzer.report import render
@@ -86,6 +87,7 @@ def test_second_analysis_comes_from_the_cache_equal_to_a_fresh_one(path: Path, c
     fresh = analysis.analyze(load([path], LoadOptions(cache=False)))
     calls = _counting(monkeypatch)
     first = analysis.analyze(load([path], LoadOptions()))
+    background.wait()  # the entry is written beside what follows the analysis
     assert calls == [1] and len(list((cache / analysis_cache.ANALYSIS_DIR).iterdir())) == 1  # analyzed and kept
     second = analysis.analyze(load([path], LoadOptions()))
     assert calls == [1]  # read back, not analyzed
@@ -114,15 +116,18 @@ def test_other_options_or_code_analyze_again_and_keep_one_entry(cache: Path, mon
     again = analysis.analyze(load([path], LoadOptions()))
     assert len(calls) == 4
     same(plain.counterfactual, again.counterfactual)
+    background.wait()
     assert len(list((cache / analysis_cache.ANALYSIS_DIR).iterdir())) == 1  # one entry per job, the last one
 
 
 def test_no_cache_keeps_nothing(cache: Path) -> None:
     analysis.analyze(load([SETS[0]], LoadOptions(cache=False)))
+    background.wait()
     assert not (cache / analysis_cache.ANALYSIS_DIR).exists()
 
 
 def _entry() -> Path:
+    background.wait()  # the entry is written beside what follows the analysis
     (entry,) = (cache_dir() / analysis_cache.ANALYSIS_DIR).iterdir()
     return entry
 

@@ -10,6 +10,7 @@ import polars as pl
 
 from ..crossrank import align, graph, match, step_sync
 from ..crossrank import groups as pgroups
+from ..ingest import background
 from ..metrics import blame, critical_path, dimensions, experts, inspector_folded, overlap, pipeline, stragglers, waits
 from ..metrics import inspector as inspector_metrics
 from ..model import RankMeta, TraceSet
@@ -69,7 +70,8 @@ def analyze(ts: TraceSet, dims: pgroups.Options | None = None, busbw: dict[str, 
             pass
     a = _analyze(ts, dims, busbw)
     if k is not None and a.warnings[:len(ts.warnings)] == ts.warnings:
-        analysis_cache.store(k, _stored(a, ts), ts)
+        # written beside what follows (a report's rendering); a later load waits for it (ingest/background.py)
+        background.later(analysis_cache.store, k, _stored(a, ts), ts)
     return a
 
 

@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from ..ingest import background
 from ..ingest.cachedir import cache_dir
 from ..model import TraceSet
 
@@ -288,6 +289,7 @@ def store(k: str, fields: dict[str, object], ts: TraceSet) -> bool:
 def load(k: str, ts: TraceSet, again: Callable[[], dict[str, object]] | None = None) -> dict[str, object] | None:
     """The entry's fields, or None where it is absent, damaged or not this key's. Its tables are read when first
     used (``_Deferred``); ``again`` gives the fields analyzed afresh, for a table damaged meanwhile."""
+    background.wait()  # an entry this process is still writing
     folder = _folder(ts)
     try:
         manifest = json.loads((folder / "manifest.json").read_text())

@@ -504,4 +504,6 @@ def entry() -> None:
             stream.flush()
         except (OSError, ValueError):  # a closed pipe (``| head``): nothing left to say
             pass
+    if (pending := sys.modules.get("analyzer.ingest.background")) is not None:
+        pending.wait()  # cache writes still running beside the report (they end the run, not the interpreter)
     os._exit(code)

@@ -26,7 +26,7 @@ import msgspec
 import polars as pl
 
 from ..model import ProcessGroup, RankMeta, RankTrace
-from . import Reader, reader_for
+from . import Reader, background, reader_for
 from .cachedir import cache_dir
 from .discover import TraceFile
 from .options import ReadOptions
@@ -102,6 +102,7 @@ def load_entry(folder: Path) -> list[RankTrace] | None:
 def load_entries(folders: list[Path]) -> list[list[RankTrace] | None]:
     """Many entries at once (None for an absent or damaged one): each pack's tables read once, in one
     Parquet read per table over all packs, and sliced back per rank (many small ranks)."""
+    background.wait()  # entries this process is still writing
     shared: dict[tuple[str, str, bytes], ProcessGroup] = {}
     entries = [_manifest(f, shared) for f in folders]
     packs = _read_packs(sorted({e["pack"] for es in entries if es for e in es}), folders[0].parent if folders else None)

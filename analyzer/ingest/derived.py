@@ -25,6 +25,7 @@ import msgspec
 import polars as pl
 
 from ..model import COLLECTIVE_SCHEMA, GPU_OPTIONAL, GPU_SCHEMA, STEP_SCHEMA, conform
+from . import background
 from .cachedir import cache_dir
 
 DERIVED_DIR = "derived"  # beside the per-rank entries
@@ -66,6 +67,7 @@ def _folder(key: str) -> Path:
 
 def load(key: str) -> Derived | None:
     """The job's entry, or None where it is absent or damaged (then derived again, never trusted)."""
+    background.wait()  # an entry this process is still writing
     folder = _folder(key)
     try:
         manifest = msgspec.json.decode((folder / "manifest.json").read_bytes())

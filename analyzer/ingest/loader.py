@@ -33,6 +33,7 @@ from ..model import (
 from ..ranklist import compact
 from ..timeline import MIN_STEP_COVERAGE, gpu_step_windows, host_step_windows, step_coverage, tile_steps
 from . import ReadOptions, collectives
+from .background import later
 from .consistency import check_job
 from .discover import TraceFile, discover_all
 from .hygiene import drop_invalid_gpu
@@ -111,18 +112,22 @@ def _read_chunk_in_worker(tfs: list[TraceFile], opts: list[ReadOptions], use_cac
     return [_Stored(str(folders[i])) if i in folders else r for i, r in enumerate(res)]
 
 
-def _read_chunk(tfs: list[TraceFile], opts: list[ReadOptions]
+def _read_chunk(tfs: list[TraceFile], opts: list[ReadOptions], in_background: bool = False
                 ) -> tuple[list[list[RankTrace] | Skipped], dict[int, Path]]:
     """Files parsed one by one and cached together (one pack of tables for all of them: reading 1,024 small
     ranks back from one pack takes ~0.01 s, from 4,096 Parquet files ~0.7 s); each result, and the entry
-    folder of each one stored."""
+    folder of each one stored (``in_background``: being stored, ``background.later``)."""
     from .cache import entry_dir, store_many
 
     res: list[list[RankTrace] | Skipped] = [read_one(tf, o, use_cache=False) for tf, o in zip(tfs, opts)]
     try:
         folders = {i: entry_dir(tfs[i], opts[i]) for i, r in enumerate(res)
                    if not isinstance(r, Skipped) and tfs[i].format not in UNCACHED}
-        store_many([(f, res[i]) for i, f in folders.items()])  # type: ignore[misc]
+        items = [(f, res[i]) for i, f in folders.items()]
+        if in_background:
+            later(store_many, items)
+        else:
+            store_many(items)  # type: ignore[arg-type]
     except OSError:
         return res, {}  # a read-only or full cache directory must not fail the analysis
     return res, folders
@@ -300,7 +305,7 @@ def _read_all(files: list[TraceFile], options: LoadOptions) -> list[list[RankTra
                     done(files[i].path.name)
                 return [r for r in results if r is not None]
             for c in _chunks(_sizes(files, todo), 1):  # cached as the workers cache them: a pack per chunk
-                for i, res in zip(c, _read_chunk([files[i] for i in c], [opts[i] for i in c])[0]):
+                for i, res in zip(c, _read_chunk([files[i] for i in c], [opts[i] for i in c], True)[0]):
                     results[i] = res
                     done(files[i].path.name)
             return [r for r in results if r is not None]
