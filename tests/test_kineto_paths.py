@@ -20,6 +20,7 @@ from polars.testing import assert_frame_equal
 
 from analyzer.errors import TraceError
 from analyzer.ingest.kineto import blocks as kineto_blocks
+from analyzer.ingest.kineto import links as kineto_links
 from analyzer.ingest.kineto import native as kineto_native
 from analyzer.ingest.kineto import reader as kineto
 from analyzer.ingest.kineto import scan as kineto_scan
@@ -457,7 +458,7 @@ def test_a_name_with_a_false_separator_is_decoded_on_its_own(tmp_path: Path) -> 
 def test_the_block_paths_links_are_the_scan_paths(values: list) -> None:
     """The correlations a GPU event links, taken all at once (numpy) where the scan path takes them one by one."""
     want = {kineto_scan._number(v) for v in values} - {None}
-    assert set(kineto_blocks._numbers(values).tolist()) == want
+    assert set(kineto_links._numbers(values).tolist()) == want
 
 
 def test_bytes_that_are_not_utf8_send_the_block_path_away(tmp_path: Path) -> None:

@@ -17,10 +17,10 @@ import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-# what a worker's first rank imports otherwise, each worker on its own: the cache writer, and pyarrow.compute
-# (Arrow's UTF-8 check of the block path; 26 ms, with pydoc). Preloaded: a 50 MB rank's first read 0.28 -> 0.25 s
+# what a worker's first rank imports otherwise, each worker on its own: the readers and the cache writer (pyarrow,
+# which the block path needs, is left to a file the native path declines: ~0.15 s the server need not spend)
 _PRELOAD = ["analyzer.ingest.loader", "analyzer.ingest.kineto.reader", "analyzer.ingest.nsys.reader",
-            "analyzer.ingest.cache", "pyarrow.compute"]
+            "analyzer.ingest.cache"]
 
 
 # Where a pool starts to pay, measured on fsdp_balanced ranks on 2 cores (benchmarks/README.md, "Cold start on

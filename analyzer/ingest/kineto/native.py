@@ -23,8 +23,8 @@ import numpy as np
 
 from ...rules import STEP_PREFIX
 from ..options import ReadOptions
-from .blocks import _linked, _numbers
 from .events import _CHUNK_EVENTS, _HEADER, Buffer, _Event, _Selection
+from .links import _linked, _numbers
 from .scan import _SCAN_CATS, _Resident
 from .tables import _CPU_CATS, _GPU_CATS
 
