@@ -94,8 +94,13 @@ def main() -> int:
     ap.add_argument("--only", nargs="*", default=None)
     ap.add_argument("--hta-python", default=os.environ.get("HTA_PYTHON", "/work/venvs/hta/bin/python"))
     ap.add_argument("--data", type=Path, default=bench.DATA)
+    ap.add_argument("--shared", type=Path, default=bench.SHARED, help="the shared traces (default ../shared/traces)")
     a = ap.parse_args()
     bench.DATA = a.data
+    if a.shared != bench.SHARED:  # the real sets' sources, where the shared traces are elsewhere
+        bench.REAL = {k: (Path(str(src).replace(str(bench.SHARED), str(a.shared))), *rest)
+                      for k, (src, *rest) in bench.REAL.items()}
+        bench.NSYS_SRC = a.shared / "nsys" / bench.NSYS_SRC.name
     want = set(a.only or ("cold500", "cached500", "hta50", "nsys", "ranks", "optable"))
     rows: list[tuple[str, str, str, str, str]] = []
 
