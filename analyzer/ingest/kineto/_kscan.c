@@ -33,6 +33,16 @@
 #if defined(__SSE2__) || defined(_M_X64)
 #include <emmintrin.h>
 #define KSCAN_SSE2 1
+#if defined(_MSC_VER)
+#include <intrin.h>
+static inline int ctz32(unsigned x) {
+    unsigned long i;
+    _BitScanForward(&i, x);
+    return (int)i;
+}
+#else
+#define ctz32(x) __builtin_ctz(x)
+#endif
 #endif
 
 #if defined(__unix__) || defined(__APPLE__)
@@ -158,7 +168,7 @@ static int scan_string(S *s, const uint8_t **body, Py_ssize_t *blen, int *escape
                 p += 16;
                 continue;
             }
-            p += __builtin_ctz((unsigned)mask);
+            p += ctz32((unsigned)mask);
             break;
         }
 #endif
