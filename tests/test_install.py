@@ -40,6 +40,8 @@ import analyzer, dashboards
 names = []
 for pkg in (analyzer, dashboards):
     for info in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + "."):
+        if info.name.endswith(".__main__"):  # python -m analyzer.cli: importing it runs the command
+            continue
         importlib.import_module(info.name)
         names.append(info.name)
 files = {m: sys.modules[m].__file__ for m in ["analyzer", "dashboards", *names]}
