@@ -1,7 +1,7 @@
 """This checkout against another (e.g. ``main``), run by run in turn so both see the same load.
 
     git archive main | tar -x -C /tmp/base
-    python -m benchmarks.versus /tmp/base INPUT... [--runs 3] [--cached] [-- EXTRA ANALYZE ARGS]
+    python -m benchmarks.versus /tmp/base INPUT... [--runs 3] [--cached] [--extra "--jobs 1"]
 
 For each input, ``python -m analyzer.cli analyze INPUT --format json`` from each tree (its own ``analyzer`` package
 first on the path), alternately (base, this, base, this, ...), each cold on an empty cache or, with ``--cached``,
@@ -35,9 +35,9 @@ def main() -> int:
     ap.add_argument("inputs", nargs="+", type=Path)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--cached", action="store_true")
-    ap.add_argument("extra", nargs=argparse.REMAINDER)
+    ap.add_argument("--extra", default="", help="more analyze options, one string")
     a = ap.parse_args()
-    extra = [x for x in a.extra if x != "--"]
+    extra = a.extra.split()
     trees = {"base": a.base.resolve(), "this": ROOT}
     print(f"load {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; {'cached' if a.cached else 'cold'}; "
           f"{a.runs} runs each, alternating\n")
