@@ -249,6 +249,14 @@ def launcher_literals() -> tuple[bytes, ...]:
     return tuple(t.encode() for t in kept)
 
 
+def launcher_prefixes() -> tuple[bytes, ...]:
+    """Byte strings one of which every launcher's name starts with (the fewest: one that starts with another is
+    left out): the native scan finds launcher events by them; ``_Selection.feed`` keeps only real launchers."""
+    texts = {la.name or la.prefix or "" for la in catalogue().launchers} - {""}
+    kept = sorted(t for t in texts if not any(o != t and t.startswith(o) for o in texts))
+    return tuple(t.encode() for t in kept)
+
+
 # ----------------------------------------------------------------------------- the user's rules
 
 

@@ -52,6 +52,9 @@ REPORT_OPS = (*BLOCKING_OPS, "broadcast", "reduce", "gather", "scatter", *P2P_OP
 # event and context synchronization, and synchronous copies (``.item()`` is a copy and a stream sync). The
 # readers keep them beside the launches; the host-aware replay ends them when that work ends.
 HOST_SYNC_NAME = b"Synchronize"  # in every synchronize call's name: what the Kineto scan looks for
+# the same calls by the start of their names (the native scanner matches names by prefix), as HOST_SYNC_CALL spells them
+HOST_SYNC_PREFIXES = tuple(f"{api}{what}Synchronize".encode() for api in ("cuda", "cu", "hip")
+                           for what in ("Device", "Stream", "Event", "Ctx"))
 HOST_SYNC_CALL = (r"^(cuda|cu|hip)(Device|Stream|Event|Ctx)Synchronize(_v\d+)?$"
                   r"|^(cuda|hip)Memcpy(2D|3D|Peer|ToSymbol|FromSymbol)?$|^cuMemcpy(HtoD|DtoH|DtoD|Peer|2D|3D)?(_v2)?$")
 

@@ -38,7 +38,7 @@ STAGES = [
     ("analyzer.crossrank.graph", "build"),
     ("analyzer.metrics.critical_path", "critical_path"),
     ("analyzer.whatif.scenarios", "analyze"),
-    ("analyzer.whatif.scenarios.counterfactual", "analyze"),  # both models on op tables (commscope's, then the study's)
+    ("analyzer.whatif.counterfactual", "analyze"),  # both models on op tables (commscope's, then the study's)
     ("analyzer.ingest.optable.deps", "dependencies"),
 ]
 

@@ -40,6 +40,8 @@ import analyzer, dashboards
 names = []
 for pkg in (analyzer, dashboards):
     for info in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + "."):
+        if info.name.endswith(".__main__"):  # python -m analyzer.cli: importing it runs the command
+            continue
         importlib.import_module(info.name)
         names.append(info.name)
 files = {m: sys.modules[m].__file__ for m in ["analyzer", "dashboards", *names]}
@@ -64,7 +66,8 @@ for pkg in (analyzer, dashboards):
                 ok = bool(dists & declared) if dists else norm(via_extra.get(top, top)) in declared
                 if not ok:
                     undeclared.setdefault(top, []).append(f.name)
-print(json.dumps({"modules": names, "files": files, "undeclared": undeclared}))
+from analyzer.ingest.kineto import native  # the C scanner, built by pip install (a C compiler on the machine)
+print(json.dumps({"modules": names, "files": files, "undeclared": undeclared, "native": native.available()}))
 '''
 
 
@@ -72,7 +75,7 @@ def _copy_checkout(dest: Path) -> Path:
     """This checkout without VCS data, virtual environments, caches and build output."""
     def ignore(folder: str, entries: list[str]) -> set[str]:
         rel = Path(folder).resolve().relative_to(ROOT)
-        out = {e for e in entries if e in _JUNK or e.endswith(".egg-info")}
+        out = {e for e in entries if e in _JUNK or e.endswith((".egg-info", ".so", ".pyd"))}  # built by the install
         if rel == Path("benchmarks"):
             out.add("data")
         return out
@@ -122,6 +125,7 @@ def test_every_module_imports_and_every_import_is_declared(venv: tuple[Path, Pat
     site = str(env_dir.resolve())
     assert all(str(Path(f).resolve()).startswith(site) for f in out["files"].values()), out["files"]
     assert out["undeclared"] == {}, f"imported but not declared in pyproject.toml: {out['undeclared']}"
+    assert out["native"], "pip install did not build the Kineto scanner (analyzer/ingest/kineto/_kscan.c)"
 
 
 def test_commscope_help_and_analyze(venv: tuple[Path, Path]) -> None:

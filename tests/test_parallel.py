@@ -126,7 +126,7 @@ def test_small_inputs_parse_in_process_by_default(traces: Path, tmp_path: Path) 
     """Below the pool's break-even the default (all cores) parses here; --jobs N still gets N workers."""
     from analyzer.ingest import loader
     from analyzer.ingest.discover import discover
-    from analyzer.ingest.workers import POOL_BREAK_EVEN_BYTES, pool_pays, pool_pays_for
+    from analyzer.ingest.workers import POOL_BREAK_EVEN_BYTES, POOL_FILE_BYTES, pool_pays, pool_pays_for
 
     files = discover([traces])
     todo = list(range(len(files)))
@@ -140,6 +140,11 @@ def test_small_inputs_parse_in_process_by_default(traces: Path, tmp_path: Path) 
     assert not pool_pays(4 * 12 * mib, 2) and pool_pays(4 * 51 * mib, 2)  # measured: in process / pool faster
     assert not pool_pays(60 * mib, 4) and pool_pays(70 * mib, 4)  # 4/3 x 48 MiB = 64 MiB
     assert not pool_pays(1 << 40, 1)
+    # many small files: each costs ~5.5 ms besides its bytes (POOL_FILE_BYTES), so 1,024 ranks of 90 KB (92 MB,
+    # ~6 s of parse in one process) repay a pool, while 4 ranks of 12 MiB still do not
+    assert POOL_FILE_BYTES == mib
+    assert pool_pays(1024 * 90_000, 2, 1024) and not pool_pays(1024 * 90_000, 2)
+    assert not pool_pays(4 * 12 * mib, 2, 4) and not pool_pays(40 * 100_000, 2, 40)
     # one worker per file at most: two 40 MiB files on 16 cores weigh against 2 workers (96 MiB), not 16
     for name in ("rank0.json", "rank1.json"):
         with open(tmp_path / name, "wb") as f:

@@ -10,6 +10,7 @@ import polars as pl
 
 from ..crossrank import align, graph, match, step_sync
 from ..crossrank import groups as pgroups
+from ..ingest import background
 from ..metrics import (
     blame,
     critical_path,
@@ -101,7 +102,7 @@ def analyze(ts: TraceSet, dims: pgroups.Options | None = None, busbw: dict[str, 
     traces and options are analyzed once."""
     dims = dims or pgroups.Options()
     k = analysis_cache.key(ts, [repr(dims), sorted((busbw or {}).items())])
-    kept = analysis_cache.load(k, ts) if k is not None else None
+    kept = analysis_cache.load(k, ts, partial(_fields, ts, dims, busbw, k)) if k is not None else None
     if kept is not None:
         try:
             return Analysis(**{**kept, "warnings": (*ts.warnings, *kept["warnings"])}, source=_source(ts),
@@ -110,9 +111,25 @@ def analyze(ts: TraceSet, dims: pgroups.Options | None = None, busbw: dict[str, 
             pass
     a = _analyze(ts, dims, busbw)
     if k is not None and a.warnings[:len(ts.warnings)] == ts.warnings:
-        fields = {f.name: getattr(a, f.name) for f in dataclasses.fields(a) if f.name not in _FROM_TRACES}
-        analysis_cache.store(k, {**fields, "warnings": a.warnings[len(ts.warnings):]}, ts)
+        # written beside what follows (a report's rendering); a later load waits for it (ingest/background.py)
+        background.later(analysis_cache.store, k, _stored(a, ts), ts)
     return a
+
+
+def _stored(a: Analysis, ts: TraceSet) -> dict[str, object]:
+    """What the cache keeps of an analysis: every field but those taken from its TraceSet, warnings of its own."""
+    fields = {f.name: getattr(a, f.name) for f in dataclasses.fields(a) if f.name not in _FROM_TRACES}
+    return {**fields, "warnings": a.warnings[len(ts.warnings):]}
+
+
+def _fields(ts: TraceSet, dims: pgroups.Options, busbw: dict[str, float] | None, k: str) -> dict[str, object]:
+    """The stored fields analyzed afresh (a cached table found damaged or swapped after its entry was loaded, which
+    removed the entry): kept again, so the next run reads them back."""
+    a = _analyze(ts, dims, busbw)
+    fields = _stored(a, ts)
+    if a.warnings[:len(ts.warnings)] == ts.warnings:
+        background.later(analysis_cache.store, k, fields, ts)
+    return fields
 
 
 def _source(ts: TraceSet) -> dict:

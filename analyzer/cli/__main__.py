@@ -2,4 +2,5 @@
 
 from .app import entry
 
-entry()
+if __name__ == "__main__":  # importing the package's modules (a walk of them) must not run the CLI
+    entry()

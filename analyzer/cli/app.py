@@ -11,6 +11,7 @@ import click
 
 from .. import ranklist
 from ..redact import remember_environment
+from . import report_cache
 from .comm_rules import comm_rule_options, rules_from_context
 from .limits import limit_options, limits_from_context
 from .output import emit as _emit
@@ -163,6 +164,15 @@ def analyze(paths: tuple[Path, ...], fmt: str, output: Path | None, show_steps: 
     """Analyze traces (files or folders of ranks): overlap, exposed communication, waits, stragglers."""
 
     def run() -> None:
+        kept = None
+        if fmt in report_cache.FORMATS and not (no_cache or scheduler or history_store):
+            kept = report_cache.key(list(paths), {
+                "fmt": fmt, "show_steps": show_steps, "wide": wide, "whatif": whatif_specs, "rank_map": rank_map,
+                "step_marker": step_marker, "ranks": ranks, "layout": layout, "layout_order": layout_order,
+                "gpus_per_host": gpus_per_host, "limits": repr(limits_from_context())})
+            text = report_cache.load(kept) if kept is not None else None
+            if text is not None:  # the same inputs, options and code: the same report (cli/report_cache.py)
+                return _emit(text, output)
         if not scheduler:  # first: the server's imports then overlap the hang check's and ours (polars, numpy)
             start_workers(paths, jobs, not no_cache)
         if hang := hang_triage(paths, rank_map, layout, layout_order, gpus_per_host):
@@ -200,6 +210,8 @@ def analyze(paths: tuple[Path, ...], fmt: str, output: Path | None, show_steps: 
             stored = add(history_store, result, run_id, label_map)
             say(f"added run {stored} to {history_store}", err=True)
         _emit(text, output)
+        if kept is not None:
+            report_cache.store(kept, text)
 
     _guard(run)
 
@@ -478,4 +490,6 @@ def entry() -> None:
             stream.flush()
         except (OSError, ValueError):  # a closed pipe (``| head``): nothing left to say
             pass
+    if (pending := sys.modules.get("analyzer.ingest.background")) is not None:
+        pending.wait()  # cache writes still running beside the report (they end the run, not the interpreter)
     os._exit(code)

@@ -33,7 +33,7 @@ import polars as pl
 
 from ..comm_catalogue import catalogue
 from ..model import ProcessGroup, RankMeta, RankTrace
-from . import Reader, reader_for
+from . import Reader, background, reader_for
 from .cachedir import cache_dir
 from .digest import file_digest, files_digests, read_regular
 from .discover import TraceFile
@@ -116,6 +116,7 @@ def load_entries(folders: list[Path]) -> list[list[RankTrace] | None]:
     """Many entries at once (None for an absent, damaged or unproven one): each pack's tables read once, in one
     Parquet read per table over all packs, and sliced back per rank (many small ranks). Every file an entry
     reads is hashed once and must match the entry's recorded digest."""
+    background.wait()  # entries this process is still writing
     shared: dict[tuple[str, str, bytes], ProcessGroup] = {}
     entries = [_manifest(f, shared) for f in folders]
     root = folders[0].parent if folders else None

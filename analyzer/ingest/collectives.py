@@ -39,7 +39,8 @@ def build_table(
     )
     if kernels.height == 0:
         return conform(pl.DataFrame(), COLLECTIVE_SCHEMA)
-    linked = _link(cpu, comm_calls.filter(pl.col("launcher").is_null()) if "launcher" in comm_calls.columns
+    calls = launches(cpu)  # once: linking and the launch steps both read it
+    linked = _link(calls, comm_calls.filter(pl.col("launcher").is_null()) if "launcher" in comm_calls.columns
                    else comm_calls)
     df = kernels.join(linked, on=["rank", "correlation"], how="left")
     df = _catalogued(launcher_columns(df, cpu, comm_calls), rules or UserRules())
@@ -54,7 +55,7 @@ def build_table(
     )
     df = assign_steps(df, steps)
     if host_steps is not None and host_steps.height:
-        df = _launch_steps(df, cpu, host_steps)
+        df = _launch_steps(df, calls, host_steps)
     return conform(df, COLLECTIVE_SCHEMA)
 
 
@@ -102,13 +103,14 @@ def _launcher_families(df: pl.DataFrame) -> dict[str, str]:
             if (la := launcher_of(n)) is not None}
 
 
-def _link(cpu: pl.DataFrame, comm_calls: pl.DataFrame) -> pl.DataFrame:
-    """(rank, correlation) of each launch inside a collective call, with that call's metadata."""
+def _link(calls: pl.DataFrame, comm_calls: pl.DataFrame) -> pl.DataFrame:
+    """(rank, correlation) of each launch (``timeline.launches``) inside a collective call, with that call's
+    metadata."""
     meta = [c for c in comm_calls.columns if c not in ("rank", "tid", "start_ns", "end_ns", "launcher")]
     empty = pl.DataFrame(schema={"rank": pl.Int32, "correlation": pl.Int64, **{c: comm_calls.schema[c] for c in meta}})
     if comm_calls.height == 0:
         return empty
-    linked = launches(cpu).sort("launch_ns")
+    linked = calls.sort("launch_ns")
     calls = comm_calls.rename({"start_ns": "c_start", "end_ns": "c_end"}).sort("c_start")
     # innermost enclosing call: the latest one that started before the launch on the same thread
     joined = linked.join_asof(calls, left_on="launch_ns", right_on="c_start", by=["rank", "tid"],
@@ -248,11 +250,11 @@ def _resolve_peer(df: pl.DataFrame) -> pl.DataFrame:
     return df.with_columns(pl.coalesce(pl.col("peer"), pl.lit(full)).alias("peer"))
 
 
-def _launch_steps(df: pl.DataFrame, cpu: pl.DataFrame, host_steps: pl.DataFrame) -> pl.DataFrame:
+def _launch_steps(df: pl.DataFrame, calls: pl.DataFrame, host_steps: pl.DataFrame) -> pl.DataFrame:
     windows = host_steps.select("rank", pl.col("step").alias("h_step"), pl.col("start_ns").alias("h_start"),
                                 pl.col("end_ns").alias("h_end")).sort("h_start")
     tagged = (
-        df.select("rank", "correlation").unique().join(launches(cpu), on=["rank", "correlation"])
+        df.select("rank", "correlation").unique().join(calls, on=["rank", "correlation"])
         .sort("launch_ns")
         .join_asof(windows, left_on="launch_ns", right_on="h_start", by="rank", strategy="backward",
                    check_sortedness=False)

@@ -25,6 +25,7 @@ import msgspec
 import polars as pl
 
 from ..model import COLLECTIVE_SCHEMA, GPU_OPTIONAL, GPU_SCHEMA, STEP_SCHEMA, conform
+from . import background
 from .cache import entry_digest
 from .cachedir import cache_dir
 from .digest import file_digest, files_digests, read_regular
@@ -98,6 +99,7 @@ def load(key: str, rank_keys: list[str]) -> Derived | None:
     """The job's entry, or None where it is absent, damaged, or not proven: its manifest must be this key's, its
     files must have the recorded digests and its ranks' entries the recorded ones (derived again otherwise,
     never trusted)."""
+    background.wait()  # an entry this process is still writing
     folder = _folder(key)
     try:
         data = read_regular(folder / "manifest.json", MAX_MANIFEST_BYTES)

@@ -34,6 +34,7 @@ from ..model import (
 from ..ranklist import compact
 from ..timeline import fill_sparse_steps, gpu_step_windows, host_step_windows
 from . import ReadOptions, collectives
+from .background import later
 from .consistency import check_job
 from .discover import TraceFile, discover_all
 from .hygiene import drop_invalid_gpu
@@ -110,16 +111,29 @@ def _read_chunk_in_worker(tfs: list[TraceFile], opts: list[ReadOptions], use_cac
         return [_read_in_worker(tf, o, use_cache, cache_root) for tf, o in zip(tfs, opts)]
     if cache_root is not None:
         os.environ["COMMSCOPE_CACHE_DIR"] = cache_root
+    res, folders = _read_chunk(tfs, opts)
+    return [_Stored(str(folders[i])) if i in folders else r for i, r in enumerate(res)]
+
+
+def _read_chunk(tfs: list[TraceFile], opts: list[ReadOptions], in_background: bool = False
+                ) -> tuple[list[list[RankTrace] | Skipped], dict[int, Path]]:
+    """Files parsed one by one and cached together (one pack of tables for all of them: reading 1,024 small
+    ranks back from one pack takes ~0.01 s, from 4,096 Parquet files ~0.7 s); each result, and the entry
+    folder of each one stored (``in_background``: being stored, ``background.later``)."""
     from .cache import entry_dir, store_many
 
-    res: list[list[RankTrace] | Skipped | _Stored] = [read_one(tf, o, use_cache=False) for tf, o in zip(tfs, opts)]
+    res: list[list[RankTrace] | Skipped] = [read_one(tf, o, use_cache=False) for tf, o in zip(tfs, opts)]
     try:
         folders = {i: entry_dir(tfs[i], opts[i]) for i, r in enumerate(res)
                    if not isinstance(r, Skipped) and tfs[i].format not in UNCACHED}
-        store_many([(f, res[i]) for i, f in folders.items()])  # type: ignore[misc]
+        items = [(f, res[i]) for i, f in folders.items()]
+        if in_background:
+            later(store_many, items)
+        else:
+            store_many(items)  # type: ignore[arg-type]
     except OSError:
-        return res  # a read-only or full cache directory must not fail the analysis
-    return [_Stored(str(folders[i])) if i in folders else r for i, r in enumerate(res)]
+        return res, {}  # a read-only or full cache directory must not fail the analysis
+    return res, folders
 
 
 # a task holds at most this many files and bytes: big files go alone, small ones share a pack
@@ -175,7 +189,7 @@ def _pool(files: list[TraceFile], todo: list[int], asked: int | None, jobs: int)
     results are the same either way)."""
     if jobs <= 1:
         return False
-    return bool(asked) or pool_pays(sum(parse_bytes(files[i].path) for i in todo), min(jobs, len(todo)))
+    return bool(asked) or pool_pays(sum(parse_bytes(files[i].path) for i in todo), min(jobs, len(todo)), len(todo))
 
 
 def _from_workers(stored: list[_Stored]) -> list[list[RankTrace] | None]:
@@ -347,9 +361,15 @@ def _read_all(files: list[TraceFile], options: LoadOptions) -> list[list[RankTra
                     done(files[i].path.name)
             todo = [i for i in todo if results[i] is None]
         if len(todo) <= 1 or not _pool(files, todo, options.jobs, jobs):
-            for i in todo:
-                results[i] = read_one(files[i], opts[i], options.cache)
-                done(files[i].path.name)
+            if not options.cache:
+                for i in todo:
+                    results[i] = read_one(files[i], opts[i], False)
+                    done(files[i].path.name)
+                return [r for r in results if r is not None]
+            for c in _chunks(_sizes(files, todo), 1):  # cached as the workers cache them: a pack per chunk
+                for i, res in zip(c, _read_chunk([files[i] for i in c], [opts[i] for i in c], True)[0]):
+                    results[i] = res
+                    done(files[i].path.name)
             return [r for r in results if r is not None]
         # One task per file (small files: per chunk), at most `jobs` alive: a worker holds one rank's bytes
         # and events at a time.

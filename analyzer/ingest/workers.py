@@ -17,10 +17,10 @@ import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-# what a worker's first rank imports otherwise, each worker on its own: the cache writer, and pyarrow.compute
-# (Arrow's UTF-8 check of the block path; 26 ms, with pydoc). Preloaded: a 50 MB rank's first read 0.28 -> 0.25 s
+# what a worker's first rank imports otherwise, each worker on its own: the readers and the cache writer (pyarrow,
+# which the block path needs, is left to a file the native path declines: ~0.15 s the server need not spend)
 _PRELOAD = ["analyzer.ingest.loader", "analyzer.ingest.kineto.reader", "analyzer.ingest.nsys.reader",
-            "analyzer.ingest.cache", "pyarrow.compute"]
+            "analyzer.ingest.cache"]
 
 
 # Where a pool starts to pay, measured on fsdp_balanced ranks on 2 cores (benchmarks/README.md, "Cold start on
@@ -30,12 +30,16 @@ _PRELOAD = ["analyzer.ingest.loader", "analyzer.ingest.kineto.reader", "analyzer
 # 1.34 against 1.37 s, 4 x 51 MB 2.05 against 1.82 s. Under heavy load the pool costs more (~0.7 s at load 5)
 # and in process wins up to 4 x 200 MB, but a user's machine is mostly not shared with six benchmarks.
 POOL_BREAK_EVEN_BYTES = 48 << 20  # ~180 MB/s x ~0.27 s
+# what a file costs besides its bytes (its tables' Polars queries, its share of a cache pack), as bytes parsed in the
+# same time: ~5.5 ms of CPU per small Kineto rank (1,024 ranks of 90 KB: 6 s of parse for 92 MB), ~1 MB at 180 MB/s
+POOL_FILE_BYTES = 1 << 20
 
 
-def pool_pays(nbytes: int, jobs: int) -> bool:
-    """Whether ``jobs`` workers beat parsing ``nbytes`` of traces in this process: splitting saves
-    ``nbytes / rate * (1 - 1 / jobs)`` of wall, which must exceed the pool's start-up."""
-    return jobs > 1 and nbytes * (jobs - 1) > POOL_BREAK_EVEN_BYTES * jobs
+def pool_pays(nbytes: int, jobs: int, files: int = 0) -> bool:
+    """Whether ``jobs`` workers beat parsing ``files`` files of ``nbytes`` in this process: splitting saves
+    ``work / rate * (1 - 1 / jobs)`` of wall, which must exceed the pool's start-up (work: the bytes and each
+    file's fixed cost)."""
+    return jobs > 1 and (nbytes + files * POOL_FILE_BYTES) * (jobs - 1) > POOL_BREAK_EVEN_BYTES * jobs
 
 
 def parse_bytes(path: Path) -> int:
@@ -63,9 +67,9 @@ def pool_pays_for(paths: Iterable[Path], cores: int) -> bool:
         for f in files:
             total += parse_bytes(f)
             count += 1
-            if count >= cores and pool_pays(total, cores):
+            if count >= cores and pool_pays(total, cores, count):
                 return True
-    return pool_pays(total, min(cores, count))
+    return pool_pays(total, min(cores, count), count)
 
 
 def worker_context() -> multiprocessing.context.BaseContext:

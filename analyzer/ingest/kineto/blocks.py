@@ -27,7 +27,8 @@ from ...rules import HOST_SYNC_NAME, STEP_PREFIX
 from ..options import ReadOptions
 from . import json_depth
 from .events import _CHUNK_EVENTS, _EVENT, Buffer, _Event, _Header, _Selection
-from .scan import _EVENTS_KEY, _SCAN_CATS, _number, _Resident
+from .links import _NONE, _linked, _numbers
+from .scan import _EVENTS_KEY, _SCAN_CATS, _Resident
 from .tables import _CPU_CATS, _GPU_CATS
 
 _CHUNK = 32 << 20  # blocks are cut into Arrow columns this size (int32 offsets; bounded scratch memory)
@@ -194,19 +195,6 @@ def _closed(data: Buffer, tail: np.ndarray) -> bool:
     return bool((np.frombuffer(data, dtype=np.uint8)[np.maximum(tail - 1, 0)] == ord("}")).all())
 
 
-def _linked(num: np.ndarray, linked: np.ndarray) -> np.ndarray:
-    """``np.isin(num, linked)``; by a lookup table where the numbers are small (correlations count up
-    from 0), which is O(n) where isin sorts 1.4 M numbers per 500 MB rank (0.3 s)."""
-    if linked.size == 0:
-        return np.zeros(num.size, dtype=bool)
-    top = int(linked.max())
-    if linked.min() < 0 or top > 64 * max(num.size, 1 << 20):
-        return np.isin(num, linked)
-    table = np.zeros(top + 2, dtype=bool)
-    table[linked] = True
-    return table[np.clip(num, -1, top + 1)]  # -1 and top + 1 read False (table[-1] is table[top + 1])
-
-
 def _column(data: Buffer, s: np.ndarray, cut: int) -> pa.Array | None:
     """The blocks [s_i, s_i+1) and [s_last, cut) as one Arrow string column over ``data`` (no copy);
     None where the bytes are not UTF-8 (msgspec's check of the document skips unread strings)."""
@@ -282,19 +270,3 @@ def _trimmed(data: Buffer, s: np.ndarray, ends: np.ndarray) -> np.ndarray:
         comma |= cut & (c == ord(","))
         e -= cut
     return ends  # odd trailing text: the untrimmed block fails to decode and says so
-
-
-_NONE = -(2**63)  # no correlation (or one too long: such blocks are offered anyway); no event has it
-
-
-def _numbers(values: list[object]) -> np.ndarray:
-    """GPU events' correlations as int64, those that are numbers at all (the scan path's ``_number``).
-
-    Nearly always plain ints: one numpy conversion. Otherwise each value on its own: an integral float
-    reads as its int, anything else links nothing."""
-    arr = np.array(values) if values else np.zeros(0, dtype=np.int64)
-    if arr.dtype == np.int64:
-        return arr  # (a bool among ints would read as 0/1: one more runtime call offered, which is safe)
-    out = [_number(v) for v in values]
-    return np.array([v for v in out if v is not None], dtype=np.int64)
-

@@ -37,8 +37,8 @@ from ..limits import DEFAULT, Limits, rank_problem
 from ..options import ReadOptions
 from ..source import GZIP_MAGIC, UTF8_BOM, inflate, nonfinite_as_null, read_bytes, strip_bom
 from . import json_depth
-from .blocks import block_select
 from .events import _CHUNK_EVENTS, _DECODER, _EMPTY, _HEADER, Buffer, TooManyEvents, _Header, _Selection, _Trace
+from .native import native_select
 from .scan import scan_select
 from .tables import _as_int, _number_times, _text_times
 from .tables import dtype_size as dtype_size  # re-exported: callers import it from here
@@ -131,13 +131,19 @@ def read_tables(path: Path, options: ReadOptions, cpu_ops: bool = True) -> list[
 def _read_tables(path: Path, options: ReadOptions, cpu_ops: bool) -> list[RankTrace]:
     data = _file_bytes(path, options.limits)
     limit = options.limits.max_json_depth
-    sel = None
-    try:
-        header = _HEADER.decode(data)  # validates every byte once, for both number paths
-    except (msgspec.MsgspecError, UnicodeDecodeError, RecursionError):
-        header = None  # the exact path words the error
-    if header is not None:
-        sel = block_select(data, header, options, cpu_ops) if len(data) >= _BLOCKS_FROM else None  # checks depth
+    sel = native_select(data, options, cpu_ops)  # validates every byte once, in C
+    header = sel.header if sel is not None else None
+    if sel is None:
+        try:
+            header = _HEADER.decode(data)  # validates every byte once, for both number paths
+        except (msgspec.MsgspecError, UnicodeDecodeError, RecursionError):
+            header = None  # the exact path words the error
+    if header is not None and sel is None:
+        sel = None
+        if len(data) >= _BLOCKS_FROM:
+            from .blocks import block_select  # pyarrow (~0.15 s to import): only where the native path declined
+
+            sel = block_select(data, header, options, cpu_ops)  # checks depth
         if sel is None:
             json_depth.check(data, limit)
             sel = scan_select(data, header, options, cpu_ops)
