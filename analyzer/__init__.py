@@ -28,7 +28,7 @@ def analyze(*paths: str | PathLike[str], ranks: Iterable[int] | None = None, ste
     Keywords match the CLI options: ``ranks`` (keep only these), ``step_marker`` (a regular expression for step
     annotations), ``jobs`` (worker processes; default: the cores), ``cache`` (the Parquet cache), ``rank_map``
     (file name -> rank), and the input limits ``max_inflated_bytes``, ``max_inflate_ratio``, ``max_events``,
-    ``max_json_depth`` (``analyzer.ingest.limits``). Bad input raises ``analyzer.errors.CommscopeError``.
+    ``max_json_depth``, ``max_ranks`` (``analyzer.ingest.limits``). Bad input raises ``analyzer.errors.CommscopeError``.
     """
     from pathlib import Path
 

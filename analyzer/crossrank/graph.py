@@ -114,8 +114,8 @@ class Graph:
     instances: pl.DataFrame
     edges: pl.DataFrame
     # what each op waits for on its rank where the trace says (op tables' program order, ingest/optable_deps.py):
-    # src, dst, src_end_ns; only the What-if study's model replays them (ideal.declared): commscope's binds an
-    # op to what ended last before it on its rank, whatever the program says
+    # src, dst, src_end_ns; both models replay them (whatif/ideal.declared, applied in analysis/): the op tables'
+    # own dependency record, as the host chains are Kineto's
     declared: pl.DataFrame | None = None
     # further dependencies a replay waits for beyond the stream and binding predecessors (src, dst, slack_ns =
     # dst start − src end, >= 0); None: nothing more

@@ -156,7 +156,7 @@ _ATTRIBUTION_ENTRY = obj("One group's measured durations put back into the ideal
 })
 
 _COUNTERFACTUAL = {
-    "slowdown": num("S = replayed step / ideal step (>= 1)."),
+    "slowdown": num("S = replayed step / ideal step (commscope's model: >= 1)."),
     "slowdown_no_host": num("S with every host gap removed in both runs."),
     "replay_step_time_ms": num("The measured run replayed, per step."),
     "ideal_step_time_ms": num("The ideal run replayed, per step."),
@@ -166,8 +166,9 @@ _COUNTERFACTUAL = {
         axis: mapping(f"Key -> put-back ({axis[3:].replace('_', ' ')}).", _ATTRIBUTION_ENTRY)
         for axis in ("by_rank", "by_stage", "by_dp_replica", "by_dimension", "by_op")
     }, null=True),
-    "m_w": num("M_W: share of replay − ideal removed by making the top 3% ranks ideal."),
-    "m_s": num("M_S: share of replay − ideal removed by making the last pipeline stage ideal."),
+    "m_w": num("M_W: share of replay − ideal removed by making the top 3% ranks ideal; commscope's model reports "
+               "it in [0, 1] (a raw value outside in a warning), the study's keeps its own."),
+    "m_s": num("M_S: share of replay − ideal removed by making the last pipeline stage ideal (bounded as M_W)."),
     "m_w_ranks": wholes("The ranks M_W made ideal."),
 }
 
@@ -293,10 +294,12 @@ CRITICAL_PATH = records("Per step and rank on that step's critical path (they ad
 })
 
 WHATIF = obj("The measured run replayed on the dependency graph, and scenarios (null without GPU operations).", {
-    "replay_step_time_ms": num("The unchanged replay, per step."),
-    "measured_step_time_ms": num("Per step the longest rank window, mean over steps."),
-    "replay_error_pct": num("Replay against measured, in percent."),
-    "ideal_speedup": num("S = measured / ideal."),
+    "replay_step_time_ms": num("The unchanged replay of the job's step, mean over steps."),
+    "measured_step_time_ms": num("The job's measured step (one interval per step on the aligned clock; ranks that "
+                                 "share no clock: the longest rank window), mean over steps."),
+    "replay_error_pct": num("|replay − measured| / measured, in percent: how well the replay reproduces the "
+                            "measured run (a warning above 5% on any rank and step)."),
+    "ideal_speedup": num("S = replay of the measured run / ideal run, never below 1 (the counterfactual's S)."),
     "scenarios": records("Modified replays (`no_straggler`, `balanced_experts`, `no_exposed_comm`, "
                          "`no_exposed_comm:<dim>`, `busbw:<op>=<GB/s>`, `ideal`).", {
         "name": string("Scenario."), "step_time_ms": num("Step time in the scenario."),

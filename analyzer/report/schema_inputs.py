@@ -18,7 +18,8 @@ INSPECTOR = obj("NCCL Inspector logs: their own summary (null for profiler trace
     "counts": mapping("What was read: `files`, `lines`, `records`, `bad_lines`, `unknown_records`, "
                       "`truncated_files`, `unmapped_records`, `timeline_records`, `instances`, `complete_instances` "
                       "(streamed logs add `verbose_records`).", whole("Count.", null=True)),
-    "verdict": obj("The straggler from kernel times (null: none).", {
+    "verdict": obj("The Inspector's own kernel-time test (null: none): kept only where it names the same rank as "
+                   "`stragglers.verdict`, and the verdict of logs without timestamps.", {
         "rank": whole("Rank."), "caused_wait_ms": num("Wait it caused."),
         "share_pct": num("Its share of all caused wait, in percent."),
         "last_arrival_pct": num("Share of its instances where it arrived last, in percent."),
@@ -49,7 +50,8 @@ INSPECTOR = obj("NCCL Inspector logs: their own summary (null for profiler trace
         "busbw_gbps_p50": num("Median bus bandwidth."), "busbw_gbps_min": num("Lowest."),
         "busbw_gbps_max": num("Highest."), "logged_busbw_gbps_p50": num("The plugin's own median."),
     }),
-    "slow_links": records("Communicators whose median busbw is under 0.7x the median of those doing the same work.", {
+    "slow_links": records("Communicators whose median busbw is under 0.7x the median of those doing the same work, "
+                          "for messages of at least 1 MiB (smaller ones are latency-bound).", {
         **_LINK, "ranks": string("Members, comma-separated."), "op": string("Operation."), "size_bucket": _BUCKET,
         "intra_node": flag("One node."), "n_ranks": whole("Members."), "nnodes": whole("Nodes.", null=True),
         "count": whole("Instances."), "busbw_gbps_p50": num("Its median bus bandwidth."),
@@ -63,7 +65,8 @@ INSPECTOR = obj("NCCL Inspector logs: their own summary (null for profiler trace
         "last_arrival_pct": num("In percent."), "caused_wait_z": num("Caused wait against chance, in sigmas."),
     }),
     "dimensions": records("Per rank and communicator family.", {
-        "rank": whole("Rank."), "dimension": string("Dimension (from the communicator names)."),
+        "rank": whole("Rank."), "dimension": string("Dimension (from the communicators' membership, as the cross-rank "
+                                                   "stage names it; else their name family)."),
         "groups": whole("Communicators."), "intra_node": flag("One node."), "comm_ms": num("Kernel time."),
         "wait_ms": num("Wait."),
     }),

@@ -11,7 +11,7 @@ measured start/end), which keeps it free of clock alignment.
   rank's first event binds to the job's start (Δs ≥ δgap). A GPU operation its host launched has no gap of its
   own (``host.NO_BIND``): where it starts is decided by the rest.
 - Further dependencies (``Graph.replay_deps``: a launch, a synchronize's return waiting for GPU work, a
-  cross-stream wait; the op tables' declared order in the study's model) with their measured slack:
+  cross-stream wait; the op tables' declared order, ideal.declared) with their measured slack:
   Δs ≥ Δe(src) − slack. A launched kernel no longer starts "at its predecessor's end plus the measured gap"
   where the GPU waited for the host: it starts when its launch lets it, so a GPU that gets faster does not outrun
   the host that feeds it, and a synchronize returns when the GPU work it waits for ends (its blocked time is
