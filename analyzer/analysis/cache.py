@@ -202,14 +202,16 @@ class _Reader:
 
     def _read_or_again(self, i: int, path: tuple) -> pl.DataFrame:
         """The table; where its file is damaged or gone by now (the entry was found whole when loaded), the same
-        table of the analysis run afresh (once for the entry), and the entry is removed."""
-        try:
-            return self._read(i)
-        except (OSError, ValueError, pl.exceptions.PolarsError):
-            shutil.rmtree(self.folder, ignore_errors=True)
-            if self.again is None:
-                raise
+        table of the analysis run afresh (once for the entry), and the entry is removed. Once afresh, every later
+        table comes from that analysis: the folder may by then hold the entry stored again from it (removing or
+        reading that would mix two entries)."""
         if self.fresh is None:
+            try:
+                return self._read(i)
+            except (OSError, ValueError, pl.exceptions.PolarsError):
+                shutil.rmtree(self.folder, ignore_errors=True)
+                if self.again is None:
+                    raise
             self.fresh = self.again()  # type: ignore[misc]
         x: object = self.fresh
         for step in path:
