@@ -32,7 +32,7 @@ REPORTS_DIR = "reports"  # beside the per-rank entries, the derived tables and t
 FORMATS = ("json", "markdown")
 _HEAD = b"commscope-report/1 "
 _PKG = Path(__file__).resolve().parents[1]
-_LIBS = ("polars", "numpy", "numba", "scipy", "msgspec", "pyarrow", "plotly", "adbc-driver-sqlite")
+_LIBS = ("polars", "numpy", "scipy", "msgspec", "pyarrow", "plotly", "adbc-driver-sqlite")
 _code: str | None = None
 
 
