@@ -32,13 +32,12 @@ import shutil
 import tempfile
 import threading
 from collections.abc import Callable
-from importlib import metadata
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 
-from ..ingest import background, derived
+from ..ingest import background, derived, digest
 from ..ingest.cachedir import cache_dir
 from ..ingest.digest import file_digest, read_regular
 from ..ingest.kineto.json_depth import depth as json_depth
@@ -61,18 +60,10 @@ class NotStorable(TypeError):
 
 
 def code_hash() -> str:
-    """Every module of the analyzer and the versions of the libraries that do the arithmetic."""
+    """Every module of the analyzer (and its C) and the versions of the libraries that do the arithmetic."""
     global _code_hash
     if _code_hash is None:
-        h = hashlib.sha256(str(FORMAT).encode())
-        for path in sorted(_PKG.rglob("*.py")):
-            h.update(str(path.relative_to(_PKG)).encode() + b"\0" + path.read_bytes() + b"\0")
-        for lib in _LIBS:
-            try:
-                h.update(f"{lib}={metadata.version(lib)}\0".encode())
-            except metadata.PackageNotFoundError:
-                h.update(f"{lib}=none\0".encode())
-        _code_hash = h.hexdigest()[:32]
+        _code_hash = digest.code(_PKG, _LIBS, str(FORMAT))[:32]
     return _code_hash
 
 

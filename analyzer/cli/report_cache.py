@@ -23,9 +23,9 @@ import json
 import os
 import shutil
 import tempfile
-from importlib import metadata
 from pathlib import Path
 
+from ..ingest import digest
 from ..ingest.cachedir import cache_dir
 
 REPORTS_DIR = "reports"  # beside the per-rank entries, the derived tables and the analyses
@@ -40,15 +40,7 @@ def _code_hash() -> str:
     """Every module of commscope and its C source, and the versions of the libraries that compute or print."""
     global _code
     if _code is None:
-        h = hashlib.sha256()
-        for path in sorted((*_PKG.rglob("*.py"), *_PKG.rglob("*.c"))):
-            h.update(str(path.relative_to(_PKG)).encode() + b"\0" + path.read_bytes() + b"\0")
-        for lib in _LIBS:
-            try:
-                h.update(f"{lib}={metadata.version(lib)}\0".encode())
-            except metadata.PackageNotFoundError:
-                h.update(f"{lib}=none\0".encode())
-        _code = h.hexdigest()
+        _code = digest.code(_PKG, _LIBS)
     return _code
 
 

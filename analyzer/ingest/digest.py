@@ -111,3 +111,19 @@ def _result(x: str | Future | None) -> str | None:
         except OSError:
             return None
     return x
+
+
+def code(pkg: Path, libs: tuple[str, ...], seed: str = "") -> str:
+    """The SHA-256 of every source file under ``pkg`` (Python and the C of its extensions, by path) and the
+    installed versions of ``libs``: what a cached result computed by that code with those libraries depends on."""
+    from importlib import metadata  # (only where a cache key is made)
+
+    h = hashlib.sha256(seed.encode())
+    for path in sorted((*pkg.rglob("*.py"), *pkg.rglob("*.c"))):
+        h.update(str(path.relative_to(pkg)).encode() + b"\0" + path.read_bytes() + b"\0")
+    for lib in libs:
+        try:
+            h.update(f"{lib}={metadata.version(lib)}\0".encode())
+        except metadata.PackageNotFoundError:
+            h.update(f"{lib}=none\0".encode())
+    return h.hexdigest()
