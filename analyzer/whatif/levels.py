@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from . import native
+
 if TYPE_CHECKING:
     from .replay import Arrays
 
@@ -108,11 +110,12 @@ def _distinct(ids: np.ndarray, slot: np.ndarray) -> np.ndarray:
     return ids[slot[ids] == at]
 
 
-def _levels(a: Arrays) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+def _levels(a: Arrays, compiled: bool | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
     """Kahn's algorithm over the events (a start per operation that is not a plain chain follower, an end per
-    matched kernel), one numpy pass per level, each event's wave taken as it is released (the greatest of its
-    inputs' waves, plus one for an input off its chain or a group's end). Returns each start event's wave, each
-    end event's wave and level, the start events' levels, and the forced ends."""
+    matched kernel), level by level, each event's wave taken as it is released (the greatest of its inputs'
+    waves, plus one for an input off its chain or a group's end). Returns each start event's wave, each end
+    event's wave and level, the start events' levels, and the forced ends. ``compiled``: the compiled loop
+    (native.py; None: where it is built), else one numpy pass per level; the same results."""
     n = a.rank.size
     matched = a.inst >= 0
     lead = a.lead
@@ -142,11 +145,15 @@ def _levels(a: Arrays) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, 
     arr_inst = np.where(matched[lead], a.inst[lead], -1)
     arr_also = a.also[lead]
     need = a.n_inst if a.n_instances else np.zeros(1, dtype=np.int64)
+    own_start = np.searchsorted(lead, ends)  # the start event of each end's own kernel (matched ops lead)
+    if native.available() if compiled is None else compiled:
+        wave, lev, forced = native.levels(succ.ptr, succ.vals, indeg, arr_inst, arr_also, need, inst_ends.ptr,
+                                          inst_ends.vals, a.inst[ends], own_start, a.rank[ends], a.end[ends], ends)
+        return wave[:n_s], wave[n_s:], lev[n_s:], lev[:n_s], forced
     count = np.zeros(n_inst, dtype=np.int64)
     gwave = np.zeros(n_inst, dtype=np.int64)  # the latest wave of a group's arrivals so far
     lev = np.full(n_s + n_e, -1, dtype=np.int64)
     wave = np.zeros(n_s + n_e, dtype=np.int64)
-    own_start = np.searchsorted(lead, ends)  # the start event of each end's own kernel (matched ops lead)
     forced, k = 0, 0
     inst_slot, start_slot = np.empty(n_inst, dtype=np.int64), np.empty(max(n_s, 1), dtype=np.int64)
     fr = np.flatnonzero(indeg == 0)
@@ -183,6 +190,8 @@ def _levels(a: Arrays) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, 
         blocked = np.flatnonzero((e_lev < 0) & (lev[own_start] >= 0))
         if blocked.size == 0:
             blocked = np.flatnonzero(e_lev < 0)
+        if blocked.size == 0:
+            raise ValueError("levels: the events wait for each other (a cycle)")
         r = a.rank[ends[blocked]]
         o = np.lexsort((ends[blocked], a.end[ends[blocked]], r))
         first = o[np.r_[True, r[o][1:] != r[o][:-1]]]
@@ -215,10 +224,11 @@ def _sources(succ: _Lists, done: np.ndarray) -> np.ndarray:
     return np.concatenate([np.repeat(done[small], cnt[small]), np.repeat(done[~small], cnt[~small])])
 
 
-def schedule(a: Arrays) -> Schedule:
-    """Each operation's wave and the layout :func:`replay.run` reads (structure only; shared by all scenarios)."""
+def schedule(a: Arrays, compiled: bool | None = None) -> Schedule:
+    """Each operation's wave and the layout :func:`replay.run` reads (structure only; shared by all scenarios).
+    ``compiled``: the levels by the compiled loop (None: where it is built), else by numpy; the same schedule."""
     n = a.rank.size
-    w_s, w_e, lev_e, lev_s, forced = _levels(a)
+    w_s, w_e, lev_e, lev_s, forced = _levels(a, compiled)
     matched = a.inst >= 0
     ends = np.flatnonzero(matched)
     # every operation's wave: a lead's from its start event; a plain chain follower's is its chain root's

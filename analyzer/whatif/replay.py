@@ -48,6 +48,7 @@ import polars as pl
 
 from ..crossrank.graph import Graph
 from ..rules import P2P_OPS
+from . import native
 from .levels import LIST_WIDTH, Schedule, _Lists, schedule
 from .windows import TOKENS, Segments, segments, shifts, step_spans, step_times, window_spans
 
@@ -189,8 +190,22 @@ def _gate_groups(inst: np.ndarray, gate: np.ndarray, n_inst: int) -> tuple[np.nd
     return groups, also, np.concatenate([np.arange(n_inst), inst[keys]])
 
 
-def run(a: Arrays, sch: Schedule, mods: Mods) -> tuple[np.ndarray, np.ndarray]:
-    """Δs, Δe (S, events) of every event under each scenario row of ``mods`` (see the module doc)."""
+def run(a: Arrays, sch: Schedule, mods: Mods, compiled: bool | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Δs, Δe (S, events) of every event under each scenario row of ``mods`` (see the module doc). ``compiled``:
+    the compiled wave loop (native.py; None: where it is built), else numpy's; the same bits either way."""
+    s, n = mods.ddur.shape
+    ds, de = native.run(a, sch, mods) if s and (native.available() if compiled is None else compiled) \
+        else _run_numpy(a, sch, mods)
+    # event-major to (S, events), +0.0 added: a zero is +0.0 whichever of two equal maxima a path kept (the sign of
+    # a zero is all such a choice can change; np.maximum's choice is the platform's)
+    out_s, out_e = np.empty((s, n)), np.empty((s, n))
+    np.add(ds, 0.0, out=out_s)
+    np.add(de, 0.0, out=out_e)
+    return out_s, out_e
+
+
+def _run_numpy(a: Arrays, sch: Schedule, mods: Mods) -> tuple[np.ndarray, np.ndarray]:
+    """``run`` one numpy pass per wave: Δs, Δe as (S, events) views of event-major arrays."""
     s, n = mods.ddur.shape
     x = sch.x
     # the changes in wave order, event-major (rows = positions in x) so a wave reads whole rows
@@ -258,7 +273,7 @@ def run(a: Arrays, sch: Schedule, mods: Mods) -> tuple[np.ndarray, np.ndarray]:
             e = sch.e_node[el:eh]
             end = best[sch.e_view[el:eh]] + dtr_v[vl:vh][sch.e_view[el:eh]]
             de[e] = np.where(hide_e[el:eh], ds[e] - dur_e[el:eh], end)
-    return np.ascontiguousarray(ds.T), np.ascontiguousarray(de[:n].T)
+    return ds.T, de[:n].T
 
 
 @dataclass(frozen=True)
