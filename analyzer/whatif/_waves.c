@@ -289,7 +289,7 @@ static PyObject *levels(PyObject *self, PyObject *args)
 enum {
     R_X, R_S_OFF, R_BROW, R_SROW, R_HEAD, R_FIRST, R_BIS, R_H_OFF, R_H_POS, R_SCAN, R_D_OFF, R_D_SRC, R_D_SLACK,
     R_D_FIRST, R_D_POS, R_DG_OFF, R_V_OFF, R_V_ARR_OFF, R_V_ARR, R_V_WAIT, R_V_DTR, R_E_OFF, R_E_NODE, R_E_VIEW,
-    R_SLACK, R_DUR, R_DDUR, R_DGAP, R_HIDE, R_DTR, R_DS, R_DE, R_N
+    R_SLACK, R_DUR, R_DDUR, R_DGAP, R_HIDE, R_DTR, R_OUT_S, R_OUT_E, R_N
 };
 
 static const Spec RUN_SPEC[R_N] = {
@@ -299,7 +299,7 @@ static const Spec RUN_SPEC[R_N] = {
     {"d_pos", T_I64, 0}, {"dg_off", T_I64, 0}, {"v_off", T_I64, 0}, {"v_arr_off", T_I64, 0}, {"v_arr", T_I64, 0},
     {"v_wait", T_F64, 0}, {"v_dtr", T_I64, 0}, {"e_off", T_I64, 0}, {"e_node", T_I64, 0}, {"e_view", T_I64, 0},
     {"slack", T_I64, 0}, {"dur", T_I64, 0}, {"ddur", T_F64, 0}, {"dgap", T_F64, 0}, {"hide", T_BOOL, 0},
-    {"dtr", T_F64, 0}, {"ds", T_F64, 1}, {"de", T_F64, 1},
+    {"dtr", T_F64, 0}, {"out_s", T_F64, 1}, {"out_e", T_F64, 1},
 };
 
 typedef struct {
@@ -320,8 +320,8 @@ static inline double coef(const Run *r, int64_t p, Py_ssize_t c)
 }
 
 /* One wave: its starts (xin: (hi - lo) x s scratch) and the ends of the groups whose last arrival it holds
-   (best: views x s scratch). Returns 0, or -1 where the schedule points outside the wave. */
-static int one_wave(const Run *r, Py_ssize_t k, double *xin, double *best)
+   (best: views x s scratch; tmp: 3 x s). Returns 0, or -1 where the schedule points outside the wave. */
+static int one_wave(const Run *r, Py_ssize_t k, double *xin, double *best, double *tmp)
 {
     const Py_ssize_t s = r->s;
     const int64_t lo = r->s_off[k], hi = r->s_off[k + 1];
@@ -343,12 +343,16 @@ static int one_wave(const Run *r, Py_ssize_t k, double *xin, double *best)
                 if (j0 < dl || j1 > dh || j1 <= j0 || t < 0 || t >= hi - lo)
                     return -1;
                 double *out = xin + t * s;
-                for (Py_ssize_t c = 0; c < s; c++) {
-                    double v = de[r->d_src[j0] * s + c] - r->d_slack[j0];
-                    for (int64_t j = j0 + 1; j < j1; j++)
-                        v = npmax(v, de[r->d_src[j] * s + c] - r->d_slack[j]);
-                    out[c] = npmax(out[c], v);
+                const double *src = de + r->d_src[j0] * s;
+                for (Py_ssize_t c = 0; c < s; c++) /* np.maximum.reduceat over its dependencies, per scenario */
+                    tmp[c] = src[c] - r->d_slack[j0];
+                for (int64_t j = j0 + 1; j < j1; j++) {
+                    src = de + r->d_src[j] * s;
+                    for (Py_ssize_t c = 0; c < s; c++)
+                        tmp[c] = npmax(tmp[c], src[c] - r->d_slack[j]);
                 }
+                for (Py_ssize_t c = 0; c < s; c++)
+                    out[c] = npmax(out[c], tmp[c]);
             }
         }
         for (int64_t q = r->h_off[k]; q < r->h_off[k + 1]; q++) { /* runs' heads: after their predecessor */
@@ -364,20 +368,23 @@ static int one_wave(const Run *r, Py_ssize_t k, double *xin, double *best)
             for (int64_t p = lo; p < hi; p++)
                 if (r->first[p] < lo || r->first[p] > p || (r->first[p] == p) != (r->head[p] != 0))
                     return -1;
-            for (Py_ssize_t c = 0; c < s; c++) {
-                double acc = 0.0, at_head = 0.0, run_best = 0.0;
-                for (int64_t p = lo; p < hi; p++) {
-                    /* the wave's prefix sum of the increments (a head's is 0), as np.cumsum adds them */
-                    double inc = r->head[p] ? 0.0 : coef(r, p, c) + r->ddur[r->x[p - 1] * s + c];
-                    acc = p == lo ? inc : acc + inc;
-                    if (r->head[p])
-                        at_head = acc;
-                    double a = acc - at_head;
-                    double *v = xin + (p - lo) * s + c;
-                    double z = npmax(*v - a, NEG);
+            /* per scenario: the wave's prefix sum (acc), its value at the run's head, the run's running maximum */
+            double *acc = tmp, *at_head = tmp + s, *run_best = tmp + 2 * s;
+            for (int64_t p = lo; p < hi; p++) {
+                const int head = r->head[p] != 0;
+                const double *dd_prev = head ? NULL : r->ddur + r->x[p - 1] * s;
+                double *v = xin + (p - lo) * s;
+                for (Py_ssize_t c = 0; c < s; c++) {
+                    /* the increments (a head's is 0) added as np.cumsum adds them */
+                    double inc = head ? 0.0 : coef(r, p, c) + dd_prev[c];
+                    acc[c] = p == lo ? inc : acc[c] + inc;
+                    if (head)
+                        at_head[c] = acc[c];
+                    double a = acc[c] - at_head[c];
+                    double z = npmax(v[c] - a, NEG);
                     /* the running maximum within the run (complex maximum: of equal values, the earlier) */
-                    run_best = r->head[p] ? z : (run_best >= z ? run_best : z);
-                    *v = run_best > NEG / 2 ? a + run_best : -HUGE_VAL;
+                    run_best[c] = head ? z : (run_best[c] >= z ? run_best[c] : z);
+                    v[c] = run_best[c] > NEG / 2 ? a + run_best[c] : -HUGE_VAL;
                 }
             }
         }
@@ -396,13 +403,14 @@ static int one_wave(const Run *r, Py_ssize_t k, double *xin, double *best)
         for (int64_t v = vl; v < vh; v++) {
             double *out = best + (v - vl) * s;
             int64_t a0 = r->v_arr_off[v], a1 = r->v_arr_off[v + 1];
-            for (Py_ssize_t c = 0; c < s; c++) {
-                double m = -HUGE_VAL; /* a forced end before anything of its group arrived */
-                for (int64_t j = a0; j < a1; j++) {
-                    double got = ds[r->v_arr[j] * s + c] - r->v_wait[j];
-                    m = j == a0 ? got : npmax(m, got);
+            for (Py_ssize_t c = 0; c < s; c++) /* a forced end before anything of its group arrived: -inf */
+                out[c] = -HUGE_VAL;
+            for (int64_t j = a0; j < a1; j++) { /* np.maximum.reduceat over its arrivals, per scenario */
+                const double *src = ds + r->v_arr[j] * s;
+                for (Py_ssize_t c = 0; c < s; c++) {
+                    double got = src[c] - r->v_wait[j];
+                    out[c] = j == a0 ? got : npmax(out[c], got);
                 }
-                out[c] = m;
             }
         }
         for (int64_t e = r->e_off[vl]; e < r->e_off[vh]; e++) {
@@ -438,7 +446,7 @@ static PyObject *run(PyObject *self, PyObject *args)
         .e_off = b[R_E_OFF].buf, .e_node = b[R_E_NODE].buf, .e_view = b[R_E_VIEW].buf, .slack = b[R_SLACK].buf,
         .dur = b[R_DUR].buf, .head = b[R_HEAD].buf, .bis = b[R_BIS].buf, .scan = b[R_SCAN].buf,
         .hide = b[R_HIDE].buf, .d_slack = b[R_D_SLACK].buf, .v_wait = b[R_V_WAIT].buf, .ddur = b[R_DDUR].buf,
-        .dgap = b[R_DGAP].buf, .dtr = b[R_DTR].buf, .ds = b[R_DS].buf, .de = b[R_DE].buf,
+        .dgap = b[R_DGAP].buf, .dtr = b[R_DTR].buf,
         .n = len[R_X], .s = s, .n_inst = n_inst, .n_waves = len[R_SCAN],
     };
     const Py_ssize_t n = r.n, nw = r.n_waves, n_views = len[R_V_DTR];
@@ -449,8 +457,8 @@ static PyObject *run(PyObject *self, PyObject *args)
     else if (len[R_BROW] != n || len[R_SROW] != n || len[R_HEAD] != n || len[R_FIRST] != n || len[R_BIS] != n
              || len[R_SLACK] != n || len[R_DUR] != n)
         bad = "per-event arrays";
-    else if (len[R_DDUR] != n * s || len[R_DGAP] != n * s || len[R_HIDE] != n * s || len[R_DS] != n * s
-             || len[R_DE] != (n + 2) * s || len[R_DTR] != s * n_inst)
+    else if (len[R_DDUR] != n * s || len[R_DGAP] != n * s || len[R_HIDE] != n * s || len[R_OUT_S] != n * s
+             || len[R_OUT_E] != n * s || len[R_DTR] != s * n_inst)
         bad = "per-scenario arrays";
     else if (in_range(r.x, n, 0, n) || in_range(r.brow, n, 0, n + 2) || in_range(r.srow, n, 0, n + 2))
         bad = "x, brow or srow";
@@ -481,26 +489,47 @@ static PyObject *run(PyObject *self, PyObject *args)
         if (r.v_off[k + 1] - r.v_off[k] > most_views)
             most_views = r.v_off[k + 1] - r.v_off[k];
     }
+    /* event-major (rows by event id, as the numpy path lays them out; de's row n: the job's start (0), row
+       n+1: none (-inf)), and the scratch of a wave */
+    r.ds = malloc((size_t)(n > 0 ? n : 1) * (size_t)s * sizeof(double));
+    r.de = malloc((size_t)(n + 2) * (size_t)s * sizeof(double));
     double *xin = malloc((size_t)widest * (size_t)s * sizeof(double));
     double *best = malloc((size_t)most_views * (size_t)s * sizeof(double));
-    if (!xin || !best) {
+    double *tmp = malloc(3 * (size_t)s * sizeof(double));
+    if (!r.ds || !r.de || !xin || !best || !tmp) {
+        free(r.ds);
+        free(r.de);
         free(xin);
         free(best);
+        free(tmp);
         release(b, R_N);
         return PyErr_NoMemory();
     }
+    double *out_s = b[R_OUT_S].buf, *out_e = b[R_OUT_E].buf;
     int failed = 0;
     Py_BEGIN_ALLOW_THREADS
-    /* by event id; row n: the job's start (0), row n+1: none (-inf) */
     for (Py_ssize_t i = 0; i < (n + 2) * s; i++)
         r.de[i] = i < (n + 1) * s ? 0.0 : -HUGE_VAL;
     for (Py_ssize_t i = 0; i < n * s; i++)
         r.ds[i] = 0.0;
     for (Py_ssize_t k = 0; k < nw && !failed; k++)
-        failed = one_wave(&r, k, xin, best) < 0;
+        failed = one_wave(&r, k, xin, best, tmp) < 0;
+    /* (S, events), +0.0 added (replay.run: a zero is +0.0 whichever of two equal maxima was kept), in blocks of
+       events so both sides of the transpose stay in cache */
+    for (Py_ssize_t i0 = 0; i0 < n && !failed; i0 += 64) {
+        Py_ssize_t i1 = i0 + 64 < n ? i0 + 64 : n;
+        for (Py_ssize_t c = 0; c < s; c++)
+            for (Py_ssize_t i = i0; i < i1; i++) {
+                out_s[c * n + i] = r.ds[i * s + c] + 0.0;
+                out_e[c * n + i] = r.de[i * s + c] + 0.0;
+            }
+    }
     Py_END_ALLOW_THREADS
+    free(r.ds);
+    free(r.de);
     free(xin);
     free(best);
+    free(tmp);
     release(b, R_N);
     if (failed) {
         PyErr_SetString(PyExc_ValueError, "run: the schedule points outside a wave");

@@ -324,9 +324,9 @@ def _views(a: Arrays, ends: np.ndarray, w_e: np.ndarray, lev_e: np.ndarray, lev_
     if not ends.size:
         z = np.zeros(0, dtype=np.int64)
         return z, z, z, z
-    key = np.stack([g, lev_e])
-    uniq, inv = np.unique(key, axis=1, return_inverse=True)
-    inv = inv.ravel()
-    v_wave = np.zeros(uniq.shape[1], dtype=np.int64)
+    # (group, level) as one int64 (np.unique along an axis sorts rows as structured records: 5x slower)
+    span = int(lev_e.max()) + 1
+    uniq, inv = np.unique(g * span + lev_e, return_inverse=True)
+    v_wave = np.zeros(uniq.size, dtype=np.int64)
     np.maximum.at(v_wave, inv, w_e)
-    return v_wave, uniq[0], uniq[1], inv
+    return v_wave, uniq // span, uniq % span, inv

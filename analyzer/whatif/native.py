@@ -59,11 +59,10 @@ def levels(succ_ptr: np.ndarray, succ_val: np.ndarray, indeg: np.ndarray, arr_in
 
 
 def run(a: Arrays, sch: Schedule, mods: Mods) -> tuple[np.ndarray, np.ndarray]:
-    """Δs, Δe (S, events): replay.run's wave loop (its doc)."""
+    """Δs, Δe (S, events): replay.run's wave loop (its doc), a zero as +0.0."""
     s, n = mods.ddur.shape
     n_inst = mods.dtr.shape[1]
-    ds = np.empty((n, s))
-    de = np.empty((n + 2, s))
+    ds, de = np.empty((s, n)), np.empty((s, n))
     _waves.run(s, n_inst, (
         _i64(sch.x), _i64(sch.s_off), _i64(sch.brow), _i64(sch.srow), _bool(sch.head), _i64(sch.run_first),
         _bool(sch.bind_is_stream), _i64(sch.h_off), _i64(sch.h_pos), _bool(sch.scan), _i64(sch.d_off),
@@ -72,4 +71,4 @@ def run(a: Arrays, sch: Schedule, mods: Mods) -> tuple[np.ndarray, np.ndarray]:
         _i64(sch.e_view), _i64(a.slack), _i64(a.dur),
         # the changes event-major (Mods.zeros lays them out so: no copy), the transfers scenario-major
         _f64(mods.ddur.T), _f64(mods.dgap.T), _bool(mods.hide.T), _f64(mods.dtr), ds, de))
-    return ds.T, de[:n].T
+    return ds, de

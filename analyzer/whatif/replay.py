@@ -194,8 +194,9 @@ def run(a: Arrays, sch: Schedule, mods: Mods, compiled: bool | None = None) -> t
     """Δs, Δe (S, events) of every event under each scenario row of ``mods`` (see the module doc). ``compiled``:
     the compiled wave loop (native.py; None: where it is built), else numpy's; the same bits either way."""
     s, n = mods.ddur.shape
-    ds, de = native.run(a, sch, mods) if s and (native.available() if compiled is None else compiled) \
-        else _run_numpy(a, sch, mods)
+    if s and (native.available() if compiled is None else compiled):
+        return native.run(a, sch, mods)
+    ds, de = _run_numpy(a, sch, mods)
     # event-major to (S, events), +0.0 added: a zero is +0.0 whichever of two equal maxima a path kept (the sign of
     # a zero is all such a choice can change; np.maximum's choice is the platform's)
     out_s, out_e = np.empty((s, n)), np.empty((s, n))
