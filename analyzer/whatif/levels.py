@@ -77,15 +77,22 @@ class _Lists:
 
     def __init__(self, keys: np.ndarray, vals: np.ndarray, n_keys: int, width: int) -> None:
         o = np.argsort(keys, kind="stable")
-        keys, self.vals = keys[o], vals[o]
-        self.ptr = np.searchsorted(keys, np.arange(n_keys + 1))
-        size = np.diff(self.ptr)
-        self.big = size > width
+        self._keys, self.vals = keys[o], vals[o]  # (CSR: vals[ptr[k]:ptr[k + 1]], what the compiled loop reads)
+        self.ptr = np.searchsorted(self._keys, np.arange(n_keys + 1))
+        self.big = np.diff(self.ptr) > width
         self.any_big = bool(self.big.any())
-        self.table = np.full((n_keys, width), -1, dtype=np.int64)
-        small = ~self.big[keys]
-        col = np.arange(keys.size) - self.ptr[keys]
-        self.table[keys[small], col[small]] = self.vals[small]
+        self._shape = (n_keys, width)
+        self._table: np.ndarray | None = None  # the padded table, built on the first read
+
+    @property
+    def table(self) -> np.ndarray:
+        if self._table is None:
+            keys = self._keys
+            self._table = np.full(self._shape, -1, dtype=np.int64)
+            small = ~self.big[keys]
+            col = np.arange(keys.size) - self.ptr[keys]
+            self._table[keys[small], col[small]] = self.vals[small]
+        return self._table
 
     def of(self, keys: np.ndarray) -> np.ndarray:
         out = self.table[keys].ravel()
