@@ -131,8 +131,9 @@ def ideal(g: Graph, rl: Roles) -> Ideal:
     key = _key([n[c] for c in ("_role", "step", "name", "occurrence", "_first")])
     dur, gap = n["dur_ns"].to_numpy(), n["gap_ns"].to_numpy()  # null: NaN (the columns come from integers)
     role = n["_role"].to_numpy()
-    rk = _key([n["rank"], pl.Series(key)])
-    if np.unique(rk).size == rk.size:
+    rk = np.sort(_key([n["rank"], pl.Series(key)]))
+    # (a sort: numpy 2's np.unique hashes distinct values, 10x slower here: 0.2 s on 471 k events)
+    if not (rk[1:] == rk[:-1]).any():
         # an occurrence numbers a name's operations within the rank's step, so every (rank, key) holds one
         # operation: its value is its rank's
         typ_d, typ_g, group_of = _typical(key, role, dur, gap, rl, n["rank"])

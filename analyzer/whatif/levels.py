@@ -19,52 +19,12 @@ sees only the arrivals released before it (its *view* of the group), and is coun
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
-
 import numpy as np
 
-if TYPE_CHECKING:
-    from .replay import Arrays
+from . import native
+from .events import Arrays, Schedule
 
 LIST_WIDTH = 4  # successors / ends per key kept in a padded table; longer lists are read as ranges
-
-
-@dataclass(frozen=True)
-class Schedule:
-    """Every operation in wave order, runs of one chain contiguous (structure only; shared by all scenarios).
-
-    Rows of the replay's arrays (``de``) are node ids; row n reads 0 (the job's start), row n+1 -inf (none)."""
-
-    n_waves: int
-    forced: int  # kernel ends processed before all participants arrived (inconsistent matches)
-    s_off: np.ndarray  # (waves+1) slice of each wave's operations in ``x``
-    x: np.ndarray  # operations, wave by wave, in chain order within a wave
-    head: np.ndarray  # the operation starts a run (its stream predecessor is in an earlier wave, or none)
-    run_first: np.ndarray  # position (in x) of the first operation of its run
-    run_id: np.ndarray  # its run's number (ascending along x)
-    brow: np.ndarray  # row of its binding term's source when that is on another chain (n: start, n+1: none)
-    srow: np.ndarray  # row of its stream predecessor for a run's head (n+1: none)
-    bind_is_stream: np.ndarray  # its binding predecessor is its stream predecessor (the gap is on the chain)
-    d_off: np.ndarray  # (waves+1) slice of further dependencies, by their operation's position in x
-    d_src: np.ndarray
-    d_slack: np.ndarray
-    d_first: np.ndarray  # per operation with dependencies in a wave: its first, relative to the wave's first
-    d_pos: np.ndarray  # ... and its position in x (relative to the wave's first operation)
-    dg_off: np.ndarray  # (waves+1) slice of those operations
-    v_off: np.ndarray  # (waves+1) slice of the group views that end after each wave
-    v_arr_off: np.ndarray  # (views+1) slice of each view's arrivals
-    v_arr: np.ndarray  # arrival nodes
-    v_wait: np.ndarray  # their measured waits in the view (float)
-    v_dtr: np.ndarray  # the graph instance whose transfer change each view takes
-    e_off: np.ndarray  # (views+1) slice of each view's end nodes
-    e_node: np.ndarray
-    e_view: np.ndarray  # each end's view, relative to its wave's first view
-    h_off: np.ndarray  # (waves+1) slice of each wave's run heads in ``h_pos``
-    h_pos: np.ndarray  # their positions in x
-    scan: np.ndarray  # (waves) the wave has a run of more than one operation (else no scan is needed)
-    # spans already replayed on this schedule, by (segments' token, scenario key): see replay.Keyed
-    memo: dict = field(default_factory=dict, compare=False, repr=False)
 
 
 class _Lists:
@@ -75,15 +35,22 @@ class _Lists:
 
     def __init__(self, keys: np.ndarray, vals: np.ndarray, n_keys: int, width: int) -> None:
         o = np.argsort(keys, kind="stable")
-        keys, self.vals = keys[o], vals[o]
-        self.ptr = np.searchsorted(keys, np.arange(n_keys + 1))
-        size = np.diff(self.ptr)
-        self.big = size > width
+        self._keys, self.vals = keys[o], vals[o]  # (CSR: vals[ptr[k]:ptr[k + 1]], what the compiled loop reads)
+        self.ptr = np.searchsorted(self._keys, np.arange(n_keys + 1))
+        self.big = np.diff(self.ptr) > width
         self.any_big = bool(self.big.any())
-        self.table = np.full((n_keys, width), -1, dtype=np.int64)
-        small = ~self.big[keys]
-        col = np.arange(keys.size) - self.ptr[keys]
-        self.table[keys[small], col[small]] = self.vals[small]
+        self._shape = (n_keys, width)
+        self._table: np.ndarray | None = None  # the padded table, built on the first read
+
+    @property
+    def table(self) -> np.ndarray:
+        if self._table is None:
+            keys = self._keys
+            self._table = np.full(self._shape, -1, dtype=np.int64)
+            small = ~self.big[keys]
+            col = np.arange(keys.size) - self.ptr[keys]
+            self._table[keys[small], col[small]] = self.vals[small]
+        return self._table
 
     def of(self, keys: np.ndarray) -> np.ndarray:
         out = self.table[keys].ravel()
@@ -108,11 +75,12 @@ def _distinct(ids: np.ndarray, slot: np.ndarray) -> np.ndarray:
     return ids[slot[ids] == at]
 
 
-def _levels(a: Arrays) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+def _levels(a: Arrays, compiled: bool | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
     """Kahn's algorithm over the events (a start per operation that is not a plain chain follower, an end per
-    matched kernel), one numpy pass per level, each event's wave taken as it is released (the greatest of its
-    inputs' waves, plus one for an input off its chain or a group's end). Returns each start event's wave, each
-    end event's wave and level, the start events' levels, and the forced ends."""
+    matched kernel), level by level, each event's wave taken as it is released (the greatest of its inputs'
+    waves, plus one for an input off its chain or a group's end). Returns each start event's wave, each end
+    event's wave and level, the start events' levels, and the forced ends. ``compiled``: the compiled loop
+    (native.py; None: where it is built), else one numpy pass per level; the same results."""
     n = a.rank.size
     matched = a.inst >= 0
     lead = a.lead
@@ -142,11 +110,15 @@ def _levels(a: Arrays) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, 
     arr_inst = np.where(matched[lead], a.inst[lead], -1)
     arr_also = a.also[lead]
     need = a.n_inst if a.n_instances else np.zeros(1, dtype=np.int64)
+    own_start = np.searchsorted(lead, ends)  # the start event of each end's own kernel (matched ops lead)
+    if native.available() if compiled is None else compiled:
+        wave, lev, forced = native.levels(succ.ptr, succ.vals, indeg, arr_inst, arr_also, need, inst_ends.ptr,
+                                          inst_ends.vals, a.inst[ends], own_start, a.rank[ends], a.end[ends], ends)
+        return wave[:n_s], wave[n_s:], lev[n_s:], lev[:n_s], forced
     count = np.zeros(n_inst, dtype=np.int64)
     gwave = np.zeros(n_inst, dtype=np.int64)  # the latest wave of a group's arrivals so far
     lev = np.full(n_s + n_e, -1, dtype=np.int64)
     wave = np.zeros(n_s + n_e, dtype=np.int64)
-    own_start = np.searchsorted(lead, ends)  # the start event of each end's own kernel (matched ops lead)
     forced, k = 0, 0
     inst_slot, start_slot = np.empty(n_inst, dtype=np.int64), np.empty(max(n_s, 1), dtype=np.int64)
     fr = np.flatnonzero(indeg == 0)
@@ -183,6 +155,8 @@ def _levels(a: Arrays) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, 
         blocked = np.flatnonzero((e_lev < 0) & (lev[own_start] >= 0))
         if blocked.size == 0:
             blocked = np.flatnonzero(e_lev < 0)
+        if blocked.size == 0:
+            raise ValueError("levels: the events wait for each other (a cycle)")
         r = a.rank[ends[blocked]]
         o = np.lexsort((ends[blocked], a.end[ends[blocked]], r))
         first = o[np.r_[True, r[o][1:] != r[o][:-1]]]
@@ -215,10 +189,11 @@ def _sources(succ: _Lists, done: np.ndarray) -> np.ndarray:
     return np.concatenate([np.repeat(done[small], cnt[small]), np.repeat(done[~small], cnt[~small])])
 
 
-def schedule(a: Arrays) -> Schedule:
-    """Each operation's wave and the layout :func:`replay.run` reads (structure only; shared by all scenarios)."""
+def schedule(a: Arrays, compiled: bool | None = None) -> Schedule:
+    """Each operation's wave and the layout :func:`replay.run` reads (structure only; shared by all scenarios).
+    ``compiled``: the levels by the compiled loop (None: where it is built), else by numpy; the same schedule."""
     n = a.rank.size
-    w_s, w_e, lev_e, lev_s, forced = _levels(a)
+    w_s, w_e, lev_e, lev_s, forced = _levels(a, compiled)
     matched = a.inst >= 0
     ends = np.flatnonzero(matched)
     # every operation's wave: a lead's from its start event; a plain chain follower's is its chain root's
@@ -314,9 +289,9 @@ def _views(a: Arrays, ends: np.ndarray, w_e: np.ndarray, lev_e: np.ndarray, lev_
     if not ends.size:
         z = np.zeros(0, dtype=np.int64)
         return z, z, z, z
-    key = np.stack([g, lev_e])
-    uniq, inv = np.unique(key, axis=1, return_inverse=True)
-    inv = inv.ravel()
-    v_wave = np.zeros(uniq.shape[1], dtype=np.int64)
+    # (group, level) as one int64 (np.unique along an axis sorts rows as structured records: 5x slower)
+    span = int(lev_e.max()) + 1
+    uniq, inv = np.unique(g * span + lev_e, return_inverse=True)
+    v_wave = np.zeros(uniq.size, dtype=np.int64)
     np.maximum.at(v_wave, inv, w_e)
-    return v_wave, uniq[0], uniq[1], inv
+    return v_wave, uniq // span, uniq % span, inv

@@ -44,11 +44,10 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
 import numpy as np
-import polars as pl
 
-from ..crossrank.graph import Graph
-from ..rules import P2P_OPS
-from .levels import LIST_WIDTH, Schedule, _Lists, schedule
+from . import native
+from .events import Arrays, Mods, Schedule
+from .levels import LIST_WIDTH, _Lists, schedule
 from .windows import TOKENS, Segments, segments, shifts, step_spans, step_times, window_spans
 
 __all__ = ["LIST_WIDTH", "TOKENS", "Arrays", "Keyed", "Mods", "Schedule", "Segments", "_Lists", "batched", "digest",
@@ -58,139 +57,23 @@ CELLS = 5_000_000  # scenario x event cells per replay batch (memory bound: ~8 f
 _NEG = -1e300  # -inf in the running maximum (NumPy's complex accumulate mishandles an infinite part)
 
 
-@dataclass
-class Mods:
-    """Changes of one batch of scenarios (S rows). Arrays are float64 ns, bool for ``hide``."""
-
-    ddur: np.ndarray  # (S, events) duration change of non-communication operations
-    dgap: np.ndarray  # (S, events) gap change
-    dtr: np.ndarray  # (S, instances) transfer change
-    hide: np.ndarray  # (S, events) communication that costs nothing
-
-    @classmethod
-    def zeros(cls, s: int, n_nodes: int, n_inst: int) -> Mods:
-        # (S, events) views of event-major buffers: a scenario writes its row, the replay reads whole events
-        return cls(np.zeros((n_nodes, s)).T, np.zeros((n_nodes, s)).T, np.zeros((s, n_inst)),
-                   np.zeros((n_nodes, s), dtype=bool).T)
-
-
-@dataclass(frozen=True)
-class Arrays:
-    """The graph's events as numpy (null -> -1), read by every replay."""
-
-    rank: np.ndarray
-    end: np.ndarray
-    dur: np.ndarray
-    bind_pred: np.ndarray  # -1: the job's start; host.NO_BIND: none
-    stream_pred: np.ndarray
-    slack: np.ndarray
-    inst: np.ndarray  # the group each matched kernel ends with (an instance, or part of a ring's hop)
-    wait: np.ndarray
-    n_inst: np.ndarray  # participants per group
-    n_instances: int  # groups
-    parent: np.ndarray  # each group's instance in the graph (whose transfer change it takes)
-    n_graph_instances: int
-    also: np.ndarray  # a second group its arrival joins, with no wait (a ring hop's gate that waited), or -1
-    simple: np.ndarray  # follows its stream predecessor, which is also its binding one, and nothing else
-    root: np.ndarray  # the first event of a node's run of simple successors (itself if not simple)
-    lead: np.ndarray  # the events that are not simple (each has an event of its own in the order), ascending
-    chain: np.ndarray  # its chain (stream or thread): the first event along its stream predecessors
-    dep_src: np.ndarray  # further dependencies (Graph.replay_deps): src, dst, slack (ns)
-    dep_dst: np.ndarray
-    dep_slack: np.ndarray
-
-    @classmethod
-    def of(cls, g: Graph, eager: bool = True) -> Arrays:
-        """``eager`` False: a send/recv pair always ends together, even where the send finished before its
-        receiver started (the What-if study's model)."""
-        n = g.events
-
-        def col(name: str, fill: int = -1) -> np.ndarray:
-            return n[name].fill_null(fill).to_numpy().astype(np.int64)
-
-        bp, sp, inst = col("bind_pred"), col("stream_pred"), col("inst")
-        deps = g.replay_deps
-        if deps is None:
-            deps = pl.DataFrame(schema={"src": pl.Int64, "dst": pl.Int64, "slack_ns": pl.Int64})
-        d_src, d_dst = deps["src"].to_numpy().astype(np.int64), deps["dst"].to_numpy().astype(np.int64)
-        has_dep = np.zeros(bp.size, dtype=bool)
-        has_dep[d_dst] = True
-        simple = (inst < 0) & (bp >= 0) & (bp == sp) & ~has_dep
-        root = _jump(np.where(simple, bp, np.arange(bp.size)))
-        chain = _jump(np.where(sp >= 0, sp, np.arange(bp.size)))
-        p2p = n["op"].is_in(P2P_OPS).fill_null(False).to_numpy() if "op" in n.columns else np.zeros(bp.size, bool)
-        gate = _apart(np.where(p2p, inst, -1), col("gate_node"), col("a_start_ns"), col("a_end_ns"),
-                      g.instances.height) if eager else col("gate_node")
-        groups, also, parent = _gate_groups(inst, gate, g.instances.height)
-        joined = np.concatenate([groups[groups >= 0], also[also >= 0]])
-        # a kernel that waited for nobody arrives with no wait (a collective's last arriver has none anyway)
-        wait = np.where(gate == np.arange(gate.size), 0, col("wait_ns", 0))
-        return cls(rank=col("rank"), end=col("end_ns"), dur=col("dur_ns"), bind_pred=bp, stream_pred=sp,
-                   slack=col("slack_ns", 0), inst=groups, wait=wait,
-                   n_inst=np.bincount(joined, minlength=parent.size).astype(np.int64),
-                   n_instances=parent.size, parent=parent, n_graph_instances=g.instances.height, also=also,
-                   simple=simple, root=root, lead=np.flatnonzero(~simple), chain=chain, dep_src=d_src, dep_dst=d_dst,
-                   dep_slack=deps["slack_ns"].to_numpy().astype(np.float64))
+def run(a: Arrays, sch: Schedule, mods: Mods, compiled: bool | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Δs, Δe (S, events) of every event under each scenario row of ``mods`` (see the module doc). ``compiled``:
+    the compiled wave loop (native.py; None: where it is built), else numpy's; the same bits either way."""
+    s, n = mods.ddur.shape
+    if s and (native.available() if compiled is None else compiled):
+        return native.run(a, sch, mods)
+    ds, de = _run_numpy(a, sch, mods)
+    # event-major to (S, events), +0.0 added: a zero is +0.0 whichever of two equal maxima a path kept (the sign of
+    # a zero is all such a choice can change; np.maximum's choice is the platform's)
+    out_s, out_e = np.empty((s, n)), np.empty((s, n))
+    np.add(ds, 0.0, out=out_s)
+    np.add(de, 0.0, out=out_e)
+    return out_s, out_e
 
 
-def _jump(root: np.ndarray) -> np.ndarray:
-    """Follow each pointer to the end of its chain (pointer jumping: log(chain length) rounds)."""
-    while root.size:
-        nxt = root[root]
-        if np.array_equal(nxt, root):
-            break
-        root = nxt
-    return root
-
-
-def _apart(inst: np.ndarray, gate: np.ndarray, start: np.ndarray, end: np.ndarray, n_inst: int) -> np.ndarray:
-    """``gate`` with each kernel of a send/recv pair (``inst``: -1 for the rest) that did not overlap its partner
-    on the aligned clock as its own: an eager send that finished before its receiver started, and that
-    receiver, waited for neither. A collective's kernels end together, so they always overlap."""
-    m = inst >= 0
-    if not m.any():
-        return gate
-    i = inst[m]
-    size = np.bincount(i, minlength=n_inst)
-    last_start = np.full(n_inst, np.iinfo(np.int64).min)
-    first_end = np.full(n_inst, np.iinfo(np.int64).max)
-    np.maximum.at(last_start, i, start[m])
-    np.minimum.at(first_end, i, end[m])
-    apart = np.zeros(inst.size, dtype=bool)
-    apart[m] = (size[i] == 2) & (first_end[i] < last_start[i])
-    return np.where(apart, np.arange(inst.size), gate)
-
-
-def _gate_groups(inst: np.ndarray, gate: np.ndarray, n_inst: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Replay groups: an instance whose kernels all waited for one kernel stays whole; one whose kernels
-    waited for different ones (a ring's hop, a pair that did not overlap) splits into one group per kernel
-    waited for. A kernel ends with the group of the kernel it waited for (its own, if none); a kernel others
-    waited for also arrives, with no wait, in its own group. Returns each node's group (-1: unmatched), its
-    second group (-1: none) and each group's instance in the graph."""
-    node = np.arange(inst.size)
-    m = inst >= 0
-    # an instance splits where its kernels' gates differ: their least and greatest differ (no sort)
-    lo, hi = np.full(n_inst, np.iinfo(np.int64).max), np.full(n_inst, -1)
-    np.minimum.at(lo, inst[m], gate[m])
-    np.maximum.at(hi, inst[m], gate[m])
-    split = (hi >= 0) & (lo != hi)
-    also = np.full(inst.size, -1, dtype=np.int64)
-    if not split.any():
-        return inst, also, np.arange(n_inst)
-    in_split = m & split[np.maximum(inst, 0)]
-    waited_for = np.zeros(inst.size, dtype=bool)
-    waited_for[gate[in_split & (gate != node)]] = True
-    keys, sub = np.unique(gate[in_split], return_inverse=True)  # every kernel waited for is its own gate too
-    groups = inst.copy()
-    groups[in_split] = n_inst + sub
-    second = in_split & waited_for & (gate != node)
-    also[second] = n_inst + np.searchsorted(keys, node[second])
-    # the split instances' own ids keep no kernel; they point at themselves
-    return groups, also, np.concatenate([np.arange(n_inst), inst[keys]])
-
-
-def run(a: Arrays, sch: Schedule, mods: Mods) -> tuple[np.ndarray, np.ndarray]:
-    """Δs, Δe (S, events) of every event under each scenario row of ``mods`` (see the module doc)."""
+def _run_numpy(a: Arrays, sch: Schedule, mods: Mods) -> tuple[np.ndarray, np.ndarray]:
+    """``run`` one numpy pass per wave: Δs, Δe as (S, events) views of event-major arrays."""
     s, n = mods.ddur.shape
     x = sch.x
     # the changes in wave order, event-major (rows = positions in x) so a wave reads whole rows
@@ -258,7 +141,7 @@ def run(a: Arrays, sch: Schedule, mods: Mods) -> tuple[np.ndarray, np.ndarray]:
             e = sch.e_node[el:eh]
             end = best[sch.e_view[el:eh]] + dtr_v[vl:vh][sch.e_view[el:eh]]
             de[e] = np.where(hide_e[el:eh], ds[e] - dur_e[el:eh], end)
-    return np.ascontiguousarray(ds.T), np.ascontiguousarray(de[:n].T)
+    return ds.T, de[:n].T
 
 
 @dataclass(frozen=True)

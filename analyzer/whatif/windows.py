@@ -99,20 +99,18 @@ def step_times(seg: Segments, sh: np.ndarray) -> np.ndarray:
     steps = seg.table["step"].to_numpy()
     keys, inv = np.unique(steps, return_inverse=True)
     lead = sh.shape[:-2]
+    if not keys.size:
+        return np.zeros((*lead, 0))
+    # windows grouped by step, each step's least and greatest at once (a maximum or minimum is exact, so grouped
+    # or one step at a time, the same bits; a Python loop over steps cost 0.15 s on a 200-step job)
+    order = np.argsort(inv, kind="stable")
+    bounds = np.searchsorted(inv[order], np.arange(keys.size))
     if not seg.job:
-        span = window_spans(seg, sh)
-        out = np.full((*lead, keys.size), -np.inf)
-        for j in range(keys.size):  # a few steps
-            out[..., j] = span[..., inv == j].max(axis=-1)
-        return out
+        return np.maximum.reduceat(window_spans(seg, sh)[..., order], bounds, axis=-1)
     ws = seg.table["a_ws"].to_numpy().astype(np.float64) + sh[..., 0, :]
     we = seg.table["a_we"].to_numpy().astype(np.float64) + sh[..., 1, :]
-    start = np.full((*lead, keys.size), np.inf)
-    end = np.full((*lead, keys.size), -np.inf)
-    for j in range(keys.size):
-        m = inv == j
-        start[..., j] = ws[..., m].min(axis=-1)
-        end[..., j] = we[..., m].max(axis=-1)
+    start = np.minimum.reduceat(ws[..., order], bounds, axis=-1)
+    end = np.maximum.reduceat(we[..., order], bounds, axis=-1)
     # step N ends where step N+1 starts; the last where its latest window ends
     stop = np.concatenate([start[..., 1:], end[..., -1:]], axis=-1)
     return stop - start
