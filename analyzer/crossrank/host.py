@@ -32,6 +32,7 @@ keep the GPU graph's binding predecessor and gap (graph.py).
 
 from __future__ import annotations
 
+import numpy as np
 import polars as pl
 
 from ..rules import NS_PER_UNIT, is_host_sync
@@ -59,15 +60,17 @@ def chains(nodes: pl.DataFrame, cpu: pl.DataFrame | None, offset: pl.Expr) -> tu
         return empty()
     n_gpu = nodes.height
     rt = cpu.filter(pl.col("kind") == "runtime").select("rank", "tid", "start_ns", "end_ns", "name", "correlation")
+    # the launched GPU operations without their names (a kernel's is ~160 bytes on Nsight: 170 MB a copy on a
+    # million launches); the launches' names gather them once, at the end. A node's id is its row in ``nodes``.
     gpu = nodes.filter(pl.col("correlation").is_not_null()).select("node", "rank", "correlation", "stream",
                                                                     pl.col("start_ns").alias("_gs"),
-                                                                    pl.col("end_ns").alias("_ge"), "name", "step")
-    linked = rt.join(gpu.select("rank", "correlation").unique(), on=["rank", "correlation"], how="semi")
+                                                                    pl.col("end_ns").alias("_ge"))
+    linked = rt.join(gpu.select("rank", "correlation"), on=["rank", "correlation"], how="semi")
     sync = is_host_sync(pl.col("name"))
     calls = pl.concat([linked.with_columns(sync.alias("_sync")),
                        rt.filter(sync).join(linked, on=["rank", "correlation"], how="anti")
                        .with_columns(pl.lit(True).alias("_sync"))], how="vertical_relaxed")
-    calls = calls.unique(["rank", "tid", "start_ns", "end_ns", "name", "correlation"], maintain_order=True)
+    calls = _unique_calls(calls)
     if calls.height == 0:
         return empty()
     # a blocking call: the call (its own short cost) and its return (where its thread resumed)
@@ -80,10 +83,17 @@ def chains(nodes: pl.DataFrame, cpu: pl.DataFrame | None, offset: pl.Expr) -> tu
         (pl.col("name") + " (return)").alias("name"), pl.lit(1, pl.Int8).alias("_o"))
     h = (pl.concat([call, ret]).sort("rank", "start_ns", "_o", "end_ns", "tid")
          .with_columns(pl.int_range(pl.len(), dtype=pl.Int64).alias("hnode"))
-         .with_columns((pl.col("start_ns") - offset).alias("a_start_ns")))
-    first_gpu = gpu.group_by("rank", "correlation").agg(pl.col("node").min().alias("launched"),
-                                                        pl.col("name").first().alias("_gname"))
-    h = h.join(first_gpu, on=["rank", "correlation"], how="left", maintain_order="left")
+         .with_columns((pl.col("start_ns") - offset).alias("a_start_ns")).drop("_sync", "_o"))
+    # each call with the GPU operations it launched (by correlation; a return has none), joined once for the
+    # launched node, the launch and the sync dependencies; ``launched``: the first of them
+    ln = h.filter(pl.col("kind") != "return").select("rank", "correlation", "hnode", pl.col("start_ns").alias("_ls"),
+                                                    pl.col("end_ns").alias("_le"))
+    g = gpu.join(ln, on=["rank", "correlation"], how="inner")
+    first = g.group_by("hnode").agg(pl.col("node").min())
+    launched = np.full(h.height, -1, dtype=np.int64)
+    launched[first["hnode"].to_numpy()] = first["node"].to_numpy()
+    h = h.with_columns(pl.Series("launched", launched)).with_columns(
+        pl.when(pl.col("launched") >= 0).then("launched").alias("launched"))
     # own thread's previous call; the call that ended last before this one on any thread (a return: none; it
     # resumes when its GPU work and its call are done)
     h = h.with_columns(pl.col("hnode").shift(1).over("rank", "tid").alias("_tp"),
@@ -93,27 +103,34 @@ def chains(nodes: pl.DataFrame, cpu: pl.DataFrame | None, offset: pl.Expr) -> tu
              .join_asof(ends, left_on="start_ns", right_on="_be", by="rank", strategy="backward",
                         check_sortedness=False, allow_exact_matches=True)
              .sort("hnode"))
+    del ends
     origin = h["a_start_ns"].min()
     h = h.with_columns(
         pl.when(bound["kind"] == "return").then(None)
         .when(bound["_bp"] == pl.col("hnode")).then(pl.col("_tp")).otherwise(bound["_bp"]).alias("_bp"),
         bound["_be"].alias("_be"))
+    del bound
     h = h.with_columns(
         pl.when(pl.col("_bp") == pl.col("_tp")).then(pl.col("_tpe")).otherwise("_be").alias("_be"))
     h = h.with_columns(
         pl.max_horizontal(pl.col("start_ns") - pl.col("_tpe"), pl.lit(0)).alias("slack_ns"),
         pl.when(pl.col("_bp").is_not_null()).then(pl.max_horizontal(pl.col("start_ns") - pl.col("_be"), pl.lit(0)))
         .when(pl.col("kind") == "return").then(pl.lit(0, pl.Int64))
-        .otherwise(pl.max_horizontal(pl.col("a_start_ns") - origin, pl.lit(0))).alias("gap_ns"))
-    # steps: a launch's is its GPU operation's; a sync's, the step of the launch before it on the rank
-    gstep = gpu.select(pl.col("node").alias("launched"), pl.col("step").alias("_gstep"))
-    h = h.join(gstep, on="launched", how="left", maintain_order="left").with_columns(
+        .otherwise(pl.max_horizontal(pl.col("a_start_ns") - origin, pl.lit(0))).alias("gap_ns")).drop("_tpe", "_be")
+    # steps: a launch's is its GPU operation's; a sync's, the step of the launch before it on the rank. A launch's
+    # name is the call's and its first operation's (gathered by node id, not joined: no copy of the names)
+    h = h.with_columns(nodes["step"].gather(h["launched"]).alias("_gstep"),
+                       nodes["name"].gather(h["launched"]).alias("_gname"))
+    h = h.with_columns(
         pl.col("_gstep").forward_fill().over("rank").alias("step"),
-        pl.when(pl.col("_gname").is_not_null()).then(pl.col("name") + ">" + pl.col("_gname"))
-        .otherwise("name").alias("name"))
-    h = h.with_columns(pl.int_range(pl.len(), dtype=pl.Int64).over("rank", "step", "name").alias("occurrence"))
+        pl.when(pl.col("_gname").is_not_null()).then(pl.concat_str("name", pl.lit(">"), "_gname"))
+        .otherwise("name").alias("name")).drop("_gstep", "_gname")
+    # (numbered by the name's hash, as the GPU nodes are: grouping by the text row-encodes every name)
+    h = h.with_columns(pl.int_range(pl.len(), dtype=pl.Int64).over("rank", "step", pl.col("name").hash())
+                       .alias("occurrence"))
     # (its own thread's previous call is its stream predecessor in the replay: ``events``)
-    deps = [*_launch_deps(h, gpu, nodes), _sync_deps(h, gpu)]
+    deps = [*_launch_deps(g, nodes), _sync_deps(h, g)]
+    del g
     host = h.select(
         "hnode", "rank", "tid", "kind", "name", "start_ns", "end_ns", (pl.col("end_ns") - pl.col("start_ns")).alias(
             "dur_ns"), "a_start_ns", "step", "occurrence", "launched",
@@ -127,19 +144,28 @@ def chains(nodes: pl.DataFrame, cpu: pl.DataFrame | None, offset: pl.Expr) -> tu
     return host, d.select(ev("src"), ev("dst"), "slack_ns").sort("dst", "src")
 
 
+_CALL_KEY = ("rank", "tid", "start_ns", "end_ns", "correlation")
+
+
+def _unique_calls(calls: pl.DataFrame) -> pl.DataFrame:
+    """Each call once (a trace may repeat a row). Rows differ in their integers almost always, and checking those
+    costs a fraction of a unique over the names' text too (0.45 s on a million calls)."""
+    if not calls.select(pl.struct(_CALL_KEY).is_duplicated().any()).item():
+        return calls
+    return calls.unique([*_CALL_KEY[:4], "name", "correlation"], maintain_order=True)
+
+
 def _host(c: str) -> pl.Expr:
     """A host event id tagged as ``-(hnode + 1)`` (``chains`` numbers it after the GPU nodes)."""
     return -pl.col(c) - 1
 
 
-def _launch_deps(h: pl.DataFrame, gpu: pl.DataFrame, nodes: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+def _launch_deps(g: pl.DataFrame, nodes: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Launch call -> each GPU operation it launched: the operation starts no earlier than the call's start plus
     its measured latency, up to the call's length (a kernel may start before its launch returns). And the
     cross-stream waits: an operation whose binding predecessor (the GPU graph's: latest end before its start) is
-    on another stream and ended after both its launch and its stream allowed it to start waited for that one."""
-    ln = h.filter(pl.col("kind") != "return").select("rank", "correlation", "hnode", pl.col("start_ns").alias("_ls"),
-                                                    pl.col("end_ns").alias("_le"))
-    g = gpu.join(ln, on=["rank", "correlation"], how="inner")
+    on another stream and ended after both its launch and its stream allowed it to start waited for that one.
+    ``g``: each call (hnode, _ls, _le) with each operation it launched (node, stream, _gs, _ge)."""
     # the launch latency: an operation can start its rank's shortest delay after its launch returned (among those
     # that started after it), or earlier where it started before the call returned
     latency = g.filter(pl.col("_gs") >= pl.col("_le")).group_by("rank").agg(
@@ -149,30 +175,31 @@ def _launch_deps(h: pl.DataFrame, gpu: pl.DataFrame, nodes: pl.DataFrame) -> tup
     g = g.with_columns((pl.col("_ls") + lag).alias("_ready"))
     launch = g.select(_host("hnode").alias("src"), pl.col("node").alias("dst"),
                       (pl.col("_gs") - pl.col("_ready")).alias("slack_ns"))
-    # one launch per operation (a graph launch starts many); its latest release is the constraint
-    g = g.group_by("node").agg(pl.col("_ready").max())
-    other = nodes.select("node", "stream", "start_ns", "bind_pred", "stream_pred").join(g, on="node", how="inner")
-    end_of = nodes.select(pl.col("node").alias("_p"), pl.col("end_ns").alias("_pe"), pl.col("stream").alias("_pst"))
-    other = (other.join(end_of.rename({"_p": "bind_pred"}), on="bind_pred", how="left")
-             .join(end_of.select(pl.col("_p").alias("stream_pred"), pl.col("_pe").alias("_spe")), on="stream_pred",
-                   how="left"))
+    # one launch per operation (a graph launch starts many); its latest release is the constraint. Each
+    # operation's and its predecessors' columns are gathered by node id (a node is its row in ``nodes``)
+    other = g.group_by("node").agg(pl.col("_ready").max())
+    node, bind, spred = other["node"], nodes["bind_pred"], nodes["stream_pred"]
+    bp, sp = bind.gather(node), spred.gather(node)
+    other = other.with_columns(nodes["stream"].gather(node).alias("stream"),
+                               nodes["start_ns"].gather(node).alias("start_ns"), bp.alias("bind_pred"),
+                               nodes["end_ns"].gather(bp).alias("_pe"), nodes["stream"].gather(bp).alias("_pst"),
+                               nodes["end_ns"].gather(sp).alias("_spe"))
     cross = other.filter((pl.col("_pst") != pl.col("stream")) & (pl.col("_pe") > pl.col("_ready"))
                          & (pl.col("_pe") > pl.col("_spe")).fill_null(True))
     return launch, cross.select(pl.col("bind_pred").alias("src"), pl.col("node").alias("dst"),
                                 (pl.col("start_ns") - pl.col("_pe")).alias("slack_ns"))
 
 
-def _sync_deps(h: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
+def _sync_deps(h: pl.DataFrame, g: pl.DataFrame) -> pl.DataFrame:
     """GPU operation -> each return it released: per stream of the rank, the last operation launched before the
-    call that had ended by the return."""
+    call that had ended by the return. ``g``: as for ``_launch_deps``."""
     rets = h.filter(pl.col("kind") == "return").select("rank", "hnode", pl.col("start_ns").alias("_rs"),
                                                        (pl.col("hnode") - 1).alias("_call"))
     if rets.height == 0:
         return pl.DataFrame(schema=DEP_SCHEMA)
     call_start = h.select(pl.col("hnode").alias("_call"), pl.col("start_ns").alias("_cs"))
     rets = rets.join(call_start, on="_call", how="left")
-    ln = h.filter(pl.col("kind") != "return").select("rank", "correlation", pl.col("start_ns").alias("_ls"))
-    launched = gpu.join(ln, on=["rank", "correlation"], how="inner").select("rank", "stream", "_ls", "node", "_ge")
+    launched = g.select("rank", "stream", "_ls", "node", "_ge")
     streams = launched.select("rank", "stream").unique()
     per = rets.join(streams, on="rank", how="inner").sort("_cs")
     got = per.join_asof(launched.sort("_ls"), left_on="_cs", right_on="_ls", by=["rank", "stream"],
