@@ -49,7 +49,7 @@ def _replay(g: graph.Graph, changes: list[dict]) -> tuple[np.ndarray, np.ndarray
 
 def _host_event(g: graph.Graph, prefix: str) -> int:
     ev = g.events.filter(pl.col("kind") == "host")
-    return int(ev.filter(pl.col("name").str.starts_with(prefix))["node"][0])
+    return int(ev.filter(pl.col("name").cast(pl.Utf8).str.starts_with(prefix))["node"][0])
 
 
 def test_a_host_bound_rank_moves_with_its_host_not_with_its_kernels() -> None:

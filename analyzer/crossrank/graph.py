@@ -138,7 +138,8 @@ class Graph:
     pg_dimensions: dict[str, str] = dataclasses.field(default_factory=dict)
     # the host chains (crossrank/host.py): every runtime call that launched GPU work or blocked on it, as replay
     # events numbered after the nodes (``n_nodes + hnode``), and the dependencies that tie them to the GPU (launch,
-    # blocking sync, a thread woken by another) and GPU operations across streams (src, dst, slack_ns); None: no host
+    # blocking sync, a thread woken by another) and GPU operations across streams (src, dst, slack_ns); None: no host.
+    # Their names (and ``events``' where there is a host) are categorical: grouped by, never parsed
     host: pl.DataFrame | None = None
     host_deps: pl.DataFrame | None = None
 

@@ -41,7 +41,7 @@ SYNC_CALL_NS = 5_000  # a synchronize call's own cost when it does not block (th
 HOST_KINDS = ("launch", "call", "return")  # a launching call; a blocking call; its return
 
 HOST_SCHEMA: dict[str, pl.DataType] = {
-    "hnode": pl.Int64, "rank": pl.Int32, "tid": pl.Int64, "kind": pl.Utf8, "name": pl.Utf8, "start_ns": pl.Int64,
+    "hnode": pl.Int64, "rank": pl.Int32, "tid": pl.Int64, "kind": pl.Utf8, "name": pl.Categorical, "start_ns": pl.Int64,
     "end_ns": pl.Int64, "dur_ns": pl.Int64, "a_start_ns": pl.Int64, "step": pl.Int64, "occurrence": pl.Int64,
     "launched": pl.Int64, "thread_pred": pl.Int64, "slack_ns": pl.Int64, "bind_pred": pl.Int64, "gap_ns": pl.Int64,
 }
@@ -117,17 +117,11 @@ def chains(nodes: pl.DataFrame, cpu: pl.DataFrame | None, offset: pl.Expr) -> tu
         pl.when(pl.col("_bp").is_not_null()).then(pl.max_horizontal(pl.col("start_ns") - pl.col("_be"), pl.lit(0)))
         .when(pl.col("kind") == "return").then(pl.lit(0, pl.Int64))
         .otherwise(pl.max_horizontal(pl.col("a_start_ns") - origin, pl.lit(0))).alias("gap_ns")).drop("_tpe", "_be")
-    # steps: a launch's is its GPU operation's; a sync's, the step of the launch before it on the rank. A launch's
-    # name is the call's and its first operation's (gathered by node id, not joined: no copy of the names)
-    h = h.with_columns(nodes["step"].gather(h["launched"]).alias("_gstep"),
-                       nodes["name"].gather(h["launched"]).alias("_gname"))
-    h = h.with_columns(
-        pl.col("_gstep").forward_fill().over("rank").alias("step"),
-        pl.when(pl.col("_gname").is_not_null()).then(pl.concat_str("name", pl.lit(">"), "_gname"))
-        .otherwise("name").alias("name")).drop("_gstep", "_gname")
-    # (numbered by the name's hash, as the GPU nodes are: grouping by the text row-encodes every name)
-    h = h.with_columns(pl.int_range(pl.len(), dtype=pl.Int64).over("rank", "step", pl.col("name").hash())
-                       .alias("occurrence"))
+    # steps: a launch's is its GPU operation's; a sync's, the step of the launch before it on the rank
+    h = h.with_columns(nodes["step"].gather(h["launched"]).alias("_gstep"))
+    h = h.with_columns(pl.col("_gstep").forward_fill().over("rank").alias("step"),
+                       _launch_names(h["name"], nodes["name"].gather(h["launched"]))).drop("_gstep")
+    h = h.with_columns(pl.int_range(pl.len(), dtype=pl.Int64).over("rank", "step", "name").alias("occurrence"))
     # (its own thread's previous call is its stream predecessor in the replay: ``events``)
     deps = [*_launch_deps(g, nodes), _sync_deps(h, g)]
     del g
@@ -142,6 +136,20 @@ def chains(nodes: pl.DataFrame, cpu: pl.DataFrame | None, offset: pl.Expr) -> tu
         return pl.when(pl.col(c) < 0).then(-pl.col(c) - 1 + n_gpu).otherwise(pl.col(c)).alias(c)
 
     return host, d.select(ev("src"), ev("dst"), "slack_ns").sort("dst", "src")
+
+
+def _launch_names(call: pl.Series, op: pl.Series) -> pl.Series:
+    """Each host event's name, categorical: a launch's is its call's and its first operation's (``call>op``),
+    else its call's. Made once per distinct pair and gathered (a million launches name a few dozen pairs; their
+    text, ~180 bytes each on Nsight, cost 0.3 s and 350 MB, and grouping by it as much again)."""
+    def code(s: pl.Series) -> np.ndarray:  # a categorical code is a u32 below 2**32 - 1: that is null's
+        return s.cast(pl.Categorical).to_physical().cast(pl.UInt64).fill_null(0xFFFF_FFFF).to_numpy()
+
+    _, first, inv = np.unique((code(call) << np.uint64(32)) | code(op), return_index=True, return_inverse=True)
+    pairs = pl.DataFrame({"c": call.gather(first), "o": op.gather(first)})
+    text = pairs.select(pl.when(pl.col("o").is_not_null()).then(pl.concat_str("c", pl.lit(">"), "o"))
+                        .otherwise("c").cast(pl.Categorical).alias("name"))["name"]
+    return text.gather(inv.ravel())
 
 
 _CALL_KEY = ("rank", "tid", "start_ns", "end_ns", "correlation")
@@ -238,7 +246,9 @@ def events(nodes: pl.DataFrame, host: pl.DataFrame | None, deps: pl.DataFrame | 
     late = slack.group_by("node").agg(pl.col("slack_ns").min()).filter(pl.col("slack_ns") > UNEXPLAINED_NS)["node"]
     launched = launched.filter(~launched.is_in(late.implode()))
     is_launched = pl.col("node").is_in(launched.implode())
-    gpu = nodes.with_columns(pl.when(is_launched).then(pl.lit(NO_BIND, pl.Int64)).otherwise("bind_pred").alias("bind_pred"),
+    # names as categorical codes, as the host's (every reader groups by them; a kernel name's text is ~160 bytes)
+    gpu = nodes.with_columns(pl.col("name").cast(pl.Categorical),
+                             pl.when(is_launched).then(pl.lit(NO_BIND, pl.Int64)).otherwise("bind_pred").alias("bind_pred"),
                              pl.when(is_launched).then(pl.lit(0, pl.Int64)).otherwise("gap_ns").alias("gap_ns"),
                              pl.col("node").is_in(late.implode()).alias("unexplained"))
     hosts = host.select(
@@ -248,5 +258,5 @@ def events(nodes: pl.DataFrame, host: pl.DataFrame | None, deps: pl.DataFrame | 
         pl.col("thread_pred").alias("stream_pred"), "slack_ns",
         pl.when(pl.col("kind") == "return").then(pl.lit(NO_BIND, pl.Int64)).otherwise("bind_pred").alias("bind_pred"),
         "gap_ns", (pl.col("hnode") + n).alias("gate_node"), pl.lit(0, pl.Int64).alias("wait_ns"))
-    return pl.concat([gpu, hosts.cast({c: t for c, t in nodes.schema.items() if c in hosts.columns})],
+    return pl.concat([gpu, hosts.cast({c: t for c, t in gpu.schema.items() if c in hosts.columns})],
                      how="diagonal")
