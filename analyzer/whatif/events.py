@@ -61,7 +61,8 @@ class Arrays:
         n = g.events
 
         def col(name: str, fill: int = -1) -> np.ndarray:
-            return n[name].fill_null(fill).to_numpy().astype(np.int64)
+            # (no second copy: to_numpy already made one of a column in two chunks, GPU nodes and host events)
+            return n[name].fill_null(fill).to_numpy().astype(np.int64, copy=False)
 
         bp, sp, inst = col("bind_pred"), col("stream_pred"), col("inst")
         deps = g.replay_deps
