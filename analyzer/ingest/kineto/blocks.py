@@ -171,15 +171,10 @@ def block_select(data: Buffer, header: _Header, options: ReadOptions, cpu_ops: b
     # safe: feed applies the rule): a number too long for int64, and a block that may hold a second event
     # (its correlation would not be the one read)
     want = np.flatnonzero((_linked(np.concatenate(nums), linked) | np.concatenate(longs) | two) & ~hit)
-    more: list[_Event] = []
-    for part in np.array_split(want, max(1, (hi - lo) // _CHUNK)):  # in file order, a chunk's span at a time
-        got = _decode(data, s, tail, nxt, part, two)
-        if got is None:
-            return None
-        more += got
-        if part.size:
-            pages.behind(int(tail[part[-1]]))
-    pages.restart()
+    # in file order, a chunk's span at a time
+    more = pages.in_parts(want, tail, (hi - lo) // _CHUNK, lambda part: _decode(data, s, tail, nxt, part, two))
+    if more is None:
+        return None
     order = np.argsort(np.r_[np.flatnonzero(hit), want], kind="stable")
     events = found + more
     sel = _Selection(header, options, cpu_ops)

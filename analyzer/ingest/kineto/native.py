@@ -96,17 +96,8 @@ def _decode_parts(data: Buffer, s: np.ndarray, e: np.ndarray, idx: np.ndarray, p
                   ) -> list[_Event] | None:
     """``_decode`` a span of the file ``_PART`` long at a time, front to back, dropping the pages behind: the
     decoded events of one part and its text are what a worker holds beside them."""
-    out: list[_Event] = []
-    if idx.size:
-        for part in np.array_split(idx, max(1, int(e[idx[-1]] - s[idx[0]]) // _PART)):
-            got = _decode(data, s, e, part)
-            if got is None:
-                return None
-            out += got
-            if part.size:
-                pages.behind(int(e[part[-1]]))
-    pages.restart()
-    return out
+    parts = int(e[idx[-1]] - s[idx[0]]) // _PART if idx.size else 1
+    return pages.in_parts(idx, e, parts, lambda part: _decode(data, s, e, part))
 
 
 def _decode(data: Buffer, s: np.ndarray, e: np.ndarray, idx: np.ndarray) -> list[_Event] | None:

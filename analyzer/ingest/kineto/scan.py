@@ -15,8 +15,10 @@ from __future__ import annotations
 import mmap
 import re
 from array import array
+from collections.abc import Callable
 
 import msgspec
+import numpy as np
 
 from ...comm_catalogue import launcher_literals
 from ...rules import HOST_SYNC_NAME, STEP_PREFIX
@@ -83,6 +85,21 @@ class _Resident:
         if self.data is not None:
             self.data.madvise(mmap.MADV_DONTNEED, 0, len(self.data))
             self.done = 0
+
+    def in_parts(self, idx: np.ndarray, ends: np.ndarray, parts: int,
+                 decode: Callable[[np.ndarray], list | None]) -> list | None:
+        """One pass: ``decode`` of ``idx`` (ascending) cut into ``parts`` pieces in file order, dropping the pages
+        behind each (``ends``: each index's end offset); None where a piece did not decode."""
+        out: list = []
+        for part in np.array_split(idx, max(1, parts)):
+            got = decode(part)
+            if got is None:
+                return None
+            out += got
+            if part.size:
+                self.behind(int(ends[part[-1]]))
+        self.restart()
+        return out
 
 
 def scan_select(data: Buffer, header: _Header, options: ReadOptions, cpu_ops: bool) -> _Selection | None:
